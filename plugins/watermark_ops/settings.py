@@ -1,0 +1,32 @@
+"""Where runtime state lives: one folder, ``$WATERMARK_OPS_HOME`` or ``<repo>/.runtime``.
+
+Layout under the runtime home (all created on demand by the code that writes them)::
+
+    airflow/                 AIRFLOW_HOME with its SQLite metadata DB (set by the Makefile)
+    landing/flights/         JSON-lines files written by the lander, one per data interval
+    checkpoints/<job>/       Spark checkpoints (offset log, commit log, state, metadata)
+    checkpoints/<job>.progress.jsonl   the job's per-batch progress log, beside its checkpoint
+    output/<job>/            the job's Parquet sinks (results and quarantine)
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SPARK_JOBS_DIR = REPO_ROOT / "spark_jobs"
+
+
+def runtime_home() -> Path:
+    """The runtime folder: ``$WATERMARK_OPS_HOME`` if set, else ``<repo>/.runtime``."""
+    return Path(os.environ.get("WATERMARK_OPS_HOME") or REPO_ROOT / ".runtime")
+
+
+def progress_log_path(checkpoint: str) -> str:
+    """The progress log kept beside a checkpoint: ``<checkpoint>.progress.jsonl``.
+
+    :param checkpoint: checkpoint location (a local path or an fsspec URL).
+    :return: the same kind of location, string form.
+    """
+    return str(checkpoint).rstrip("/") + ".progress.jsonl"

@@ -1,0 +1,224 @@
+"""Hourly departure windows per origin airport: the main watermarked Structured Streaming job.
+
+Input: the lander's JSON-lines files (``watermark_ops.lander``) in a landing folder, read by the
+file source with an explicit schema. Event time is ``dep_time`` (actual departure, UTC).
+
+Two streaming queries, each with its own checkpoint, both started by one run:
+
+* ``flight_windows``: good rows → ``withWatermark("event_time", <delay threshold>)`` → tumbling
+  1-hour event-time windows per origin: departures, mean and max departure delay (minutes),
+  output mode **append** into a Parquet sink (exactly once through the checkpoint). A window is
+  written once, when the watermark passes its end; rows whose window had already closed are
+  dropped by Spark and counted as ``rows_dropped_by_watermark`` in the progress log.
+* ``flight_windows_quarantine``: bad records, kept aside in a Parquet sink with a ``reason``:
+  ``malformed_record`` (line is not a JSON object of the schema), ``null_event_time`` (a cancelled
+  flight), ``unparseable_event_time``, ``no_arrival`` (a diverted flight). Nothing is dropped
+  silently: good rows + quarantined rows = input rows.
+
+Each run is a restart of both queries from their checkpoints with ``Trigger.AvailableNow``
+(default) or the deprecated ``Trigger.Once``. With ``once`` the run is exactly one micro-batch and
+no trailing no-data batch, so windows closed by the watermark that batch computes are written by
+the *next* run. Every micro-batch is appended to ``<checkpoint>.progress.jsonl``.
+
+Usage (spark-submit or plain python)::
+
+    spark-submit spark_jobs/flight_windows.py --landing L --checkpoint C --output O \
+        [--quarantine-output Q] [--delay-threshold "2 hours"] [--trigger availableNow|once]
+
+Exit status: 0 when both queries finished, 1 with the query's exception when one failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from dataclasses import dataclass
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # streaming_common, in client mode
+
+from streaming_common import (  # noqa: E402
+    ProgressRecorder,
+    apply_spark_trigger,
+    build_session,
+    progress_log_path,
+)
+
+log = logging.getLogger("watermark_ops.flight_windows")
+
+QUERY_NAME = "flight_windows"
+QUARANTINE_QUERY_NAME = "flight_windows_quarantine"
+WINDOW_DURATION = "1 hour"
+DEFAULT_DELAY_THRESHOLD = "2 hours"
+
+# DDL of the lander's event (watermark_ops.lander); times are ISO-8601 UTC text, parsed in the job
+# so that an unparseable value is caught and quarantined instead of silently becoming null.
+EVENT_SCHEMA_DDL = (
+    "id BIGINT, origin STRING, dest STRING, carrier STRING, flight INT, tailnum STRING, "
+    "status STRING, sched_dep_time STRING, dep_time STRING, arr_time STRING, "
+    "dep_delay DOUBLE, arr_delay DOUBLE, stream_time STRING, _corrupt_record STRING"
+)
+
+
+@dataclass
+class JobConfig:
+    """Where the job reads and writes, and how. Locations are local paths or Hadoop URIs."""
+
+    landing: str
+    checkpoint: str
+    output: str
+    quarantine_output: str | None = None
+    quarantine_checkpoint: str | None = None
+    delay_threshold: str = DEFAULT_DELAY_THRESHOLD
+    spark_trigger: str = "availableNow"
+    run_tag: str | None = None
+    max_files_per_trigger: int | None = None
+
+    def __post_init__(self) -> None:
+        self.quarantine_output = self.quarantine_output or self.output.rstrip("/") + "_quarantine"
+        self.quarantine_checkpoint = self.quarantine_checkpoint or self.checkpoint.rstrip("/") + "_quarantine"
+
+
+def classified_events(spark, config: JobConfig):
+    """The landing folder as a stream of events with ``event_time`` (timestamp) and ``reason``.
+
+    ``reason`` is null for a good row, else why the row is kept aside (see module docstring).
+    """
+    from pyspark.sql import functions as F
+
+    reader = (
+        spark.readStream.schema(EVENT_SCHEMA_DDL)
+        .option("mode", "PERMISSIVE")
+        .option("columnNameOfCorruptRecord", "_corrupt_record")
+    )
+    if config.max_files_per_trigger:
+        reader = reader.option("maxFilesPerTrigger", config.max_files_per_trigger)
+    raw = reader.json(config.landing)
+    event_time = F.expr("try_to_timestamp(dep_time)")
+    reason = (
+        F.when(F.col("_corrupt_record").isNotNull(), F.lit("malformed_record"))
+        .when(F.col("dep_time").isNull(), F.lit("null_event_time"))
+        .when(event_time.isNull(), F.lit("unparseable_event_time"))
+        .when(F.col("arr_time").isNull(), F.lit("no_arrival"))
+    )
+    return raw.withColumn("event_time", event_time).withColumn("reason", reason)
+
+
+def hourly_windows(events, delay_threshold: str):
+    """Good rows → watermark → 1-hour tumbling windows per origin (append-mode aggregate)."""
+    from pyspark.sql import functions as F
+
+    return (
+        events.where(F.col("reason").isNull())
+        .select("origin", "event_time", "dep_delay")
+        .withWatermark("event_time", delay_threshold)
+        .groupBy(F.window("event_time", WINDOW_DURATION), F.col("origin"))
+        .agg(
+            F.count(F.lit(1)).alias("departures"),
+            F.avg("dep_delay").alias("mean_dep_delay"),
+            F.max("dep_delay").alias("max_dep_delay"),
+        )
+        .select(
+            "origin",
+            F.col("window.start").alias("window_start"),
+            F.col("window.end").alias("window_end"),
+            "departures",
+            "mean_dep_delay",
+            "max_dep_delay",
+        )
+    )
+
+
+def quarantined(events):
+    """Bad rows with their reason, the raw line when malformed, and the file they came from."""
+    from pyspark.sql import functions as F
+
+    return events.where(F.col("reason").isNotNull()).select(
+        "reason", "id", "origin", "status", "dep_time", "arr_time", "stream_time", "_corrupt_record",
+        F.col("_metadata.file_path").alias("source_file"),
+    )
+
+
+def run(spark, config: JobConfig) -> dict:
+    """Run (restart) both queries once with the configured Spark trigger and wait for them.
+
+    :return: ``{"flight_windows": {"query_id", "batches": [progress records]},
+        "flight_windows_quarantine": {...}}``; the records are those of this run (see
+        ``streaming_common`` for their shape).
+    :raises pyspark.errors.StreamingQueryException: when a query failed (after recording its
+        batches and stopping the other query).
+    """
+    events = classified_events(spark, config)
+    recorder = ProgressRecorder(spark, config.run_tag, config.spark_trigger)
+    queries = []
+    try:
+        for name, frame, checkpoint, output in (
+            (QUERY_NAME, hourly_windows(events, config.delay_threshold), config.checkpoint, config.output),
+            (QUARANTINE_QUERY_NAME, quarantined(events), config.quarantine_checkpoint, config.quarantine_output),
+        ):
+            writer = (
+                frame.writeStream.queryName(name)
+                .format("parquet")
+                .outputMode("append")
+                .option("checkpointLocation", checkpoint)
+                .option("path", output)
+            )
+            query = apply_spark_trigger(writer, config.spark_trigger).start()
+            recorder.register(query, progress_log_path(checkpoint))
+            queries.append(query)
+        for query in queries:
+            query.awaitTermination()
+    finally:
+        for query in queries:
+            if query.isActive:
+                query.stop()
+            recorder.flush(query)
+        recorder.close()
+    return {q.name: {"query_id": str(q.id), "batches": recorder.records(q)} for q in queries}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--landing", required=True, help="landing folder of the lander's JSON-lines files")
+    parser.add_argument("--checkpoint", required=True, help="checkpoint of the windows query")
+    parser.add_argument("--output", required=True, help="Parquet sink of the windows")
+    parser.add_argument("--quarantine-output", help="Parquet sink of bad records (default <output>_quarantine)")
+    parser.add_argument("--quarantine-checkpoint", help="default <checkpoint>_quarantine")
+    parser.add_argument("--delay-threshold", default=DEFAULT_DELAY_THRESHOLD,
+                        help=f"watermark delay threshold, a Spark interval (default {DEFAULT_DELAY_THRESHOLD!r})")
+    parser.add_argument("--trigger", dest="spark_trigger", choices=["availableNow", "once"], default="availableNow",
+                        help="Spark trigger: availableNow (default) or the deprecated once")
+    parser.add_argument("--run-tag", help="stamped on every progress record (the DAG passes its run id)")
+    parser.add_argument("--max-files-per-trigger", type=int)
+    parser.add_argument("--master", help="Spark master when not launched by spark-submit (e.g. local[2])")
+    parser.add_argument("--shuffle-partitions", type=int,
+                        help="spark.sql.shuffle.partitions (default: 2 per local core; frozen in the checkpoint)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.captureWarnings(True)  # the Trigger.Once deprecation goes to the driver log
+    args = parse_args(argv)
+    config = JobConfig(
+        landing=args.landing, checkpoint=args.checkpoint, output=args.output,
+        quarantine_output=args.quarantine_output, quarantine_checkpoint=args.quarantine_checkpoint,
+        delay_threshold=args.delay_threshold, spark_trigger=args.spark_trigger, run_tag=args.run_tag,
+        max_files_per_trigger=args.max_files_per_trigger,
+    )
+    spark = build_session(QUERY_NAME, master=args.master, shuffle_partitions=args.shuffle_partitions)
+    try:
+        result = run(spark, config)
+    except Exception as exc:  # the query's exception, then a non-zero exit
+        log.error("streaming query failed: %s", exc)
+        return 1
+    finally:
+        spark.stop()
+    for name, info in result.items():
+        log.info("%s (query %s): %d micro-batches this run", name, info["query_id"], len(info["batches"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

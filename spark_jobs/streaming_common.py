@@ -1,0 +1,251 @@
+"""What every watermark-ops Spark job shares: the session, the Spark trigger, the progress log.
+
+This module ships next to each job script (spark-submit ``--py-files``, or the script's own
+folder on ``sys.path`` in client mode). It imports pyspark, so it is never imported by DAG files.
+
+The progress log
+----------------
+With ``Trigger.AvailableNow`` the driver exits when the run is done and Spark's own metrics vanish
+with it, so every micro-batch's ``StreamingQueryProgress`` is reduced to one JSON line and
+appended to ``<checkpoint>.progress.jsonl`` (beside the checkpoint). One line per batch::
+
+    {"query_id": str, "run_id": str, "name": str, "run_tag": str | null,
+     "batch_id": int, "timestamp": "ISO-8601 UTC", "timestamp_ms": int (epoch ms UTC),
+     "watermark_ms": int | null,            # the watermark this batch ran with
+     "event_time_min_ms": int | null, "event_time_max_ms": int | null,
+     "executed": bool,     # false: a trigger that found no input and ran no batch (no offsets/N)
+     "input_rows": int,
+     "output_rows": int | null,   # rows the sink reports; null where it cannot tell (file sink)
+     "state_rows_removed": int,   # rows leaving the state store; in append mode = windows emitted
+     "rows_dropped_by_watermark": int,  # Spark's numRowsDroppedByWatermark, see below
+     "state_rows": int,           # rows held in the state store after the batch
+     "duration_ms": {"triggerExecution": int, ...},
+     "sources": [{"description": str, "start_offset": ..., "end_offset": ..., "input_rows": int}],
+     "spark_trigger": "availableNow" | "once"}
+
+``rows_dropped_by_watermark`` is Spark's own metric, counted at the stateful operator's input: for
+an aggregation that input is already partially aggregated, so it counts late *groups* (one per
+window, key and input partition), not late events; 48 late flights of one day showed as 8. Late
+rows are filtered against the watermark of the previous batch: under ``availableNow`` the trailing
+no-data batch makes that the watermark the run computed; under ``once`` it is one run older.
+
+The shape of Spark's progress JSON is ``StreamingQueryProgress`` in
+``sql/core/src/main/scala/org/apache/spark/sql/streaming/progress.scala``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import warnings
+from datetime import datetime
+from typing import Any
+
+log = logging.getLogger("watermark_ops.spark")
+
+SPARK_TRIGGERS = ("availableNow", "once")
+
+
+def build_session(app_name: str, master: str | None = None, shuffle_partitions: int | None = None,
+                  extra_conf: dict[str, str] | None = None):
+    """Build (or get) a SparkSession with settings that suit a small local machine.
+
+    :param app_name: the Spark application name.
+    :param master: ``local[2]`` etc.; ``None`` leaves it to spark-submit (or local[*]).
+    :param shuffle_partitions: ``spark.sql.shuffle.partitions``; ``None`` keeps what spark-submit
+        set, else 2 × the local cores. The default 200 made a small stateful job 4× slower here.
+        Note that Spark freezes this value in the checkpoint at the first batch.
+    :param extra_conf: further ``spark.*`` settings.
+    :return: ``pyspark.sql.SparkSession``.
+    """
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app_name)
+    if master:
+        builder = builder.master(master)
+    conf = {
+        "spark.ui.showConsoleProgress": "false",
+        "spark.ui.enabled": "false",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.streaming.numRecentProgressUpdates": "1000",
+    }
+    if shuffle_partitions is not None:
+        conf["spark.sql.shuffle.partitions"] = str(shuffle_partitions)
+    conf.update(extra_conf or {})
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    if shuffle_partitions is None and "spark.sql.shuffle.partitions" not in _submitted_conf(spark):
+        spark.conf.set("spark.sql.shuffle.partitions", str(2 * (os.cpu_count() or 1)))
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def _submitted_conf(spark) -> dict[str, str]:
+    return dict(spark.sparkContext.getConf().getAll())
+
+
+def apply_spark_trigger(writer, spark_trigger: str):
+    """Set the Spark trigger on a ``DataStreamWriter``.
+
+    :param spark_trigger: ``"availableNow"`` (default of every job: processes all input present at
+        start in one or more micro-batches, then a trailing no-data batch when the watermark moved,
+        so append-mode results appear in the same run) or ``"once"`` (``Trigger.Once``, deprecated
+        by Spark since 3.4: exactly one micro-batch and no trailing no-data batch, so append-mode
+        results of a window appear one run later).
+    :raises ValueError: for any other name.
+    """
+    if spark_trigger == "availableNow":
+        return writer.trigger(availableNow=True)
+    if spark_trigger == "once":
+        warnings.warn(
+            "Trigger.Once is deprecated by Spark since 3.4: use availableNow. With once, each run is "
+            "exactly one micro-batch and no trailing no-data batch, so append-mode windows closed "
+            "by this run's watermark are emitted only by the next run.",
+            FutureWarning,
+            stacklevel=2,
+        )
+        return writer.trigger(once=True)
+    raise ValueError(f"spark trigger must be one of {SPARK_TRIGGERS}, got {spark_trigger!r}")
+
+
+def _iso_to_ms(text: str | None) -> int | None:
+    if not text:
+        return None
+    return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def progress_record(progress: dict[str, Any], run_tag: str | None, spark_trigger: str) -> dict[str, Any]:
+    """Reduce one ``StreamingQueryProgress`` JSON (a dict) to the progress-log line shape above."""
+    event_time = progress.get("eventTime") or {}
+    operators = progress.get("stateOperators") or []
+    sink = progress.get("sink") or {}
+    return {
+        "query_id": str(progress.get("id")),
+        "run_id": str(progress.get("runId")),
+        "name": progress.get("name"),
+        "run_tag": run_tag,
+        "batch_id": int(progress["batchId"]),
+        "timestamp": progress.get("timestamp"),
+        "timestamp_ms": _iso_to_ms(progress.get("timestamp")),
+        "watermark_ms": _iso_to_ms(event_time.get("watermark")),
+        "event_time_min_ms": _iso_to_ms(event_time.get("min")),
+        "event_time_max_ms": _iso_to_ms(event_time.get("max")),
+        "input_rows": int(progress.get("numInputRows") or 0),
+        "executed": "addBatch" in (progress.get("durationMs") or {}),
+        "output_rows": None if (sink.get("numOutputRows") in (None, -1)) else int(sink["numOutputRows"]),
+        "state_rows_removed": sum(int(op.get("numRowsRemoved") or 0) for op in operators),
+        "rows_dropped_by_watermark": sum(int(op.get("numRowsDroppedByWatermark") or 0) for op in operators),
+        "state_rows": sum(int(op.get("numRowsTotal") or 0) for op in operators),
+        "duration_ms": progress.get("durationMs") or {},
+        "sources": [
+            {
+                "description": s.get("description"),
+                "start_offset": s.get("startOffset"),
+                "end_offset": s.get("endOffset"),
+                "input_rows": int(s.get("numInputRows") or 0),
+            }
+            for s in progress.get("sources") or []
+        ],
+        "spark_trigger": spark_trigger,
+    }
+
+
+class ProgressRecorder:
+    """Append every micro-batch of the registered queries to their progress logs, exactly once.
+
+    Live: a ``StreamingQueryListener`` (Python listeners exist since Spark 3.4) writes each batch
+    as it completes, so a killed driver still leaves the batches it finished. At the end,
+    :meth:`flush` reconciles with ``query.recentProgress`` (listener events are asynchronous and
+    may trail the query's termination). Files are appended through fsspec (local by default).
+    """
+
+    def __init__(self, spark, run_tag: str | None, spark_trigger: str):
+        self._spark = spark
+        self._run_tag = run_tag
+        self._spark_trigger = spark_trigger
+        self._logs: dict[str, str] = {}          # query id -> progress log location
+        self._written: set[tuple[str, str, int]] = set()
+        self._lock = threading.Lock()
+        self._listener = None
+
+    def register(self, query, log_path: str) -> None:
+        """Record the batches of ``query`` (a ``StreamingQuery``) into ``log_path``."""
+        self._logs[str(query.id)] = log_path
+        self._ensure_listener()
+        self.flush(query)  # batches that completed before the listener knew the query
+
+    def _ensure_listener(self) -> None:
+        if self._listener is not None:
+            return
+        from pyspark.sql.streaming import StreamingQueryListener
+
+        recorder = self
+
+        class _Listener(StreamingQueryListener):
+            def onQueryStarted(self, event):
+                pass
+
+            def onQueryProgress(self, event):
+                try:
+                    recorder._write(json.loads(event.progress.json))
+                except Exception:  # a listener must never break the query
+                    log.exception("could not record streaming progress")
+
+            def onQueryIdle(self, event):
+                pass
+
+            def onQueryTerminated(self, event):
+                pass
+
+        self._listener = _Listener()
+        self._spark.streams.addListener(self._listener)
+
+    def _write(self, progress: dict[str, Any]) -> None:
+        import fsspec
+
+        query_id = str(progress.get("id"))
+        path = self._logs.get(query_id)
+        if path is None:
+            return
+        key = (query_id, str(progress.get("runId")), int(progress["batchId"]))
+        with self._lock:
+            if key in self._written:
+                return
+            self._written.add(key)
+            record = progress_record(progress, self._run_tag, self._spark_trigger)
+            fs, fs_path = fsspec.core.url_to_fs(path)
+            parent = fs._parent(fs_path)
+            if parent:
+                fs.makedirs(parent, exist_ok=True)
+            with fs.open(fs_path, "a") as handle:
+                handle.write(json.dumps(record, sort_keys=True) + "\n")
+
+    def flush(self, query) -> None:
+        """Write the batches of ``query`` that the listener has not written yet."""
+        for progress in query.recentProgress:
+            self._write(json.loads(progress.json))
+
+    def records(self, query) -> list[dict[str, Any]]:
+        """This run's batches of ``query`` as progress-log records, oldest first."""
+        return [
+            progress_record(json.loads(p.json), self._run_tag, self._spark_trigger)
+            for p in query.recentProgress
+        ]
+
+    def close(self) -> None:
+        """Unregister the listener."""
+        if self._listener is not None:
+            self._spark.streams.removeListener(self._listener)
+            self._listener = None
+
+
+def progress_log_path(checkpoint: str) -> str:
+    """The progress log beside a checkpoint: ``<checkpoint>.progress.jsonl``.
+
+    The same convention as ``watermark_ops.settings.progress_log_path`` (the readers' side;
+    this module cannot import the plugin package under spark-submit). A test keeps them equal.
+    """
+    return str(checkpoint).rstrip("/") + ".progress.jsonl"
