@@ -130,14 +130,25 @@ def hourly_windows(events, delay_threshold: str):
     )
 
 
+QUARANTINE_REASONS = ("malformed_record", "null_event_time", "unparseable_event_time", "no_arrival")
+
+
 def quarantined(events):
-    """Bad rows with their reason, the raw line when malformed, and the file they came from."""
+    """Bad rows with their reason, the raw line when malformed, and the file they came from.
+
+    Counted per micro-batch with ``Dataset.observe`` (metrics ``quarantine``: ``rows`` and one
+    count per reason), which Spark reports in the batch's progress as ``observedMetrics``.
+    """
     from pyspark.sql import functions as F
 
-    return events.where(F.col("reason").isNotNull()).select(
+    bad = events.where(F.col("reason").isNotNull()).select(
         "reason", "id", "origin", "status", "dep_time", "arr_time", "stream_time", "_corrupt_record",
         F.col("_metadata.file_path").alias("source_file"),
     )
+    counts = [F.count(F.lit(1)).alias("rows")] + [
+        F.sum(F.when(F.col("reason") == reason, 1).otherwise(0)).alias(reason) for reason in QUARANTINE_REASONS
+    ]
+    return bad.observe("quarantine", *counts)
 
 
 def run(spark, config: JobConfig) -> dict:

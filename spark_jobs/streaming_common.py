@@ -20,6 +20,7 @@ appended to ``<checkpoint>.progress.jsonl`` (beside the checkpoint). One line pe
      "rows_dropped_by_watermark": int,  # Spark's numRowsDroppedByWatermark, see below
      "state_rows": int,           # rows held in the state store after the batch
      "duration_ms": {"triggerExecution": int, ...},
+     "observed_metrics": {name: {metric: value}},  # Dataset.observe metrics of the batch
      "sources": [{"description": str, "start_offset": ..., "end_offset": ..., "input_rows": int}],
      "spark_trigger": "availableNow" | "once"}
 
@@ -140,6 +141,7 @@ def progress_record(progress: dict[str, Any], run_tag: str | None, spark_trigger
         "rows_dropped_by_watermark": sum(int(op.get("numRowsDroppedByWatermark") or 0) for op in operators),
         "state_rows": sum(int(op.get("numRowsTotal") or 0) for op in operators),
         "duration_ms": progress.get("durationMs") or {},
+        "observed_metrics": progress.get("observedMetrics") or {},
         "sources": [
             {
                 "description": s.get("description"),

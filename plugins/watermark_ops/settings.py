@@ -30,3 +30,20 @@ def progress_log_path(checkpoint: str) -> str:
     :return: the same kind of location, string form.
     """
     return str(checkpoint).rstrip("/") + ".progress.jsonl"
+
+
+def job_locations(job: str, home: Path | None = None) -> dict[str, str]:
+    """Default locations of a Spark job's files under the runtime home.
+
+    :param job: the job name (``flight_windows``, ...).
+    :return: ``{"landing": <home>/landing/flights, "checkpoint": <home>/checkpoints/<job>,
+        "progress_log": <checkpoint>.progress.jsonl, "output": <home>/output/<job>}``.
+    """
+    home = home or runtime_home()
+    checkpoint = str(home / "checkpoints" / job)
+    return {
+        "landing": str(home / "landing" / "flights"),
+        "checkpoint": checkpoint,
+        "progress_log": progress_log_path(checkpoint),
+        "output": str(home / "output" / job),
+    }

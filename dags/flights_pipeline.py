@@ -1,0 +1,102 @@
+"""flights_pipeline: one restart of the flight_windows streaming query per daily data interval of 2013.
+
+land (the flights that landed in the interval) → flight_windows (spark-submit, Trigger.AvailableNow,
+a restart of the same query from its checkpoint) → collect_progress (this run's micro-batches and
+last watermark to XCom).
+
+``max_active_runs=1``: two runs of one query on one checkpoint corrupt it. Daily intervals are
+America/New_York midnights (pendulum), so 2013-03-10 is a 23-hour interval and 2013-11-03 a
+25-hour one. The Spark connection is ``spark_default`` (``local[2]`` when set from the environment
+as JSON: ``{"conn_type":"spark","host":"local[2]","extra":{"deploy-mode":"client"}}``).
+
+Cheap to parse: no pyspark, no file I/O at module level.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from datetime import timedelta
+
+import pendulum
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import CronDataIntervalTimetable, Param, dag, task
+
+from watermark_ops.settings import SPARK_JOBS_DIR, job_locations
+
+JOB = "flight_windows"
+LOCATIONS = job_locations(JOB)
+# spark-submit must resolve to the same environment as this worker (SPARK_HOME and the driver's
+# Python are found through the venv's bin): put it first on the PATH of the submit process.
+_BIN = os.path.dirname(sys.executable)
+
+
+@dag(
+    dag_id="flights_pipeline",
+    schedule=CronDataIntervalTimetable("0 0 * * *", timezone="America/New_York"),
+    start_date=pendulum.datetime(2013, 1, 1, tz="America/New_York"),
+    end_date=pendulum.datetime(2013, 12, 31, tz="America/New_York"),
+    catchup=True,
+    max_active_runs=1,
+    default_args={"retries": 2, "retry_delay": timedelta(seconds=30)},
+    params={
+        "delay_threshold": Param("2 hours", type="string", description="watermark delay threshold (Spark interval)"),
+        "spark_trigger": Param("availableNow", enum=["availableNow", "once"],
+                               description="Spark trigger; once is deprecated and emits windows one run later"),
+        "shuffle_partitions": Param(4, type="integer", minimum=1,
+                                    description="spark.sql.shuffle.partitions for a new checkpoint (frozen after)"),
+    },
+    tags=["watermark-ops", "spark"],
+    doc_md=__doc__,
+)
+def flights_pipeline():
+    @task
+    def land(data_interval_start=None, data_interval_end=None) -> dict:
+        """Land the flights that reached the stream in the data interval (idempotent)."""
+        from watermark_ops.lander import land_interval
+
+        return land_interval(data_interval_start, data_interval_end, LOCATIONS["landing"])
+
+    run_job = SparkSubmitOperator(
+        task_id=JOB,
+        application=str(SPARK_JOBS_DIR / "flight_windows.py"),
+        py_files=str(SPARK_JOBS_DIR / "streaming_common.py"),
+        conn_id="spark_default",
+        name=JOB,
+        application_args=[
+            "--landing", LOCATIONS["landing"],
+            "--checkpoint", LOCATIONS["checkpoint"],
+            "--output", LOCATIONS["output"],
+            "--delay-threshold", "{{ params.delay_threshold }}",
+            "--trigger", "{{ params.spark_trigger }}",
+            "--run-tag", "{{ run_id }}",
+        ],
+        conf={
+            "spark.sql.shuffle.partitions": "{{ params.shuffle_partitions }}",
+            "spark.ui.showConsoleProgress": "false",
+        },
+        env_vars={"PATH": _BIN + os.pathsep + os.environ.get("PATH", ""), "PYSPARK_PYTHON": sys.executable},
+        execution_timeout=timedelta(minutes=30),
+    )
+
+    @task(multiple_outputs=True)
+    def collect_progress(run_id=None) -> dict:
+        """This run's micro-batches (batch ids, watermarks, windows emitted, drops) and last watermark."""
+        from watermark_ops.progress import read_progress_log, records_of_run, summarize_run
+        from watermark_ops.settings import progress_log_path
+
+        windows = read_progress_log(LOCATIONS["progress_log"])
+        quarantine = read_progress_log(progress_log_path(LOCATIONS["checkpoint"] + "_quarantine"))
+        summary = summarize_run(records_of_run(windows, run_id))
+        summary["quarantined_rows"] = summarize_run(records_of_run(quarantine, run_id))["quarantined_rows"]
+        summary["last_watermark"] = (
+            None if summary["last_watermark_ms"] is None
+            else pendulum.from_timestamp(summary["last_watermark_ms"] / 1000).isoformat()
+        )
+        summary["progress_log_problems"] = windows.problems + quarantine.problems
+        return summary
+
+    land() >> run_job >> collect_progress()
+
+
+flights_pipeline()

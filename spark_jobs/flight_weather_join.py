@@ -1,0 +1,381 @@
+"""Flights joined with the weather at their origin: a stream-stream join with two watermarks.
+
+Inputs, each a file source with an explicit schema over its own landing folder:
+
+* flights: the lander's JSON lines (``watermark_ops.lander``), event time ``dep_time`` (actual
+  departure); read, classified and quarantined exactly as ``flight_windows`` does
+  (:func:`flight_windows.classified_events`, :func:`flight_windows.quarantined`);
+* weather: the weather lander's JSON lines (``watermark_ops.weather_lander``), event time
+  ``time_hour`` (the observation hour), reaching the stream 1-3 hours after it.
+
+The query ``flight_weather``:
+
+1. flights: good rows → ``withWatermark("dep_time", <flights delay threshold>)`` →
+   ``dropDuplicatesWithinWatermark(["flight_id"])``: a re-landed file cannot double-count a flight
+   (a duplicate is recognised while its first copy is within the watermark; later it is late);
+2. weather: good rows → ``withWatermark("weather_time", <weather delay threshold>)``;
+3. left-outer stream-stream join on the origin airport plus an event-time range, the weather
+   observed in the hour before departure::
+
+       weather_origin = origin
+       AND weather_time >  dep_time - INTERVAL 1 HOUR
+       AND weather_time <= dep_time
+
+   The range lets Spark evict join state: a flight leaves the state once the watermark passes its
+   departure (no weather still to come can match it), an observation once the watermark is an
+   hour past it. A flight with a match is written as soon as both sides have arrived; a flight
+   without one is written with null weather only when it leaves the state, i.e. when the
+   watermark passes its departure (Spark's outer-join semantics);
+4. append mode into a Parquet sink, exactly once through the checkpoint.
+
+Two watermarks, one global watermark. Each input's own watermark is its maximum event time seen
+minus its delay threshold; the query's watermark is the minimum (``--watermark-policy min``,
+Spark's default: moves with the slower input, drops least) or the maximum (``max``: moves with the
+faster one, drops more) of the two, per ``spark.sql.streaming.multipleWatermarkPolicy``. Spark
+freezes the policy in the checkpoint at the first batch (``offsets/N`` ``conf``) and silently
+ignores a different value on restart: this job reads the latest offsets file and logs a WARNING
+that the checkpoint's policy wins. After a restart each input's own watermark starts again from
+nothing, so under ``min`` the query's watermark cannot rise until both inputs have new data
+(SPARK-50046).
+
+Late rows (event time <= the watermark of the previous batch) are dropped and counted as
+``numRowsDroppedByWatermark``: late flights by the deduplication operator, late observations by
+the join operator, each as *raw rows* (nothing is aggregated before these operators, unlike
+``flight_windows``), both in the progress record's ``rows_dropped_by_watermark``.
+
+A second query, ``flight_weather_quarantine``, keeps bad records of both inputs aside in a
+Parquet sink with ``input`` (``flights`` | ``weather``) and ``reason`` (``malformed_record``,
+``null_event_time``, ``unparseable_event_time``, and for flights ``no_arrival``). Good rows +
+quarantined rows = input rows. Every micro-batch of both queries is appended to
+``<checkpoint>.progress.jsonl``.
+
+Usage (spark-submit or plain python)::
+
+    spark-submit spark_jobs/flight_weather_join.py --landing FLIGHTS --weather-landing WEATHER \
+        --checkpoint C --output O [--flights-delay-threshold "2 hours"] \
+        [--weather-delay-threshold "3 hours"] [--watermark-policy min|max] [--trigger availableNow|once]
+
+Exit status: 0 when both queries finished, 1 with the query's exception when one failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from dataclasses import dataclass
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # streaming_common, flight_windows
+
+from flight_windows import classified_events, quarantined  # noqa: E402
+from streaming_common import (  # noqa: E402
+    ProgressRecorder,
+    apply_spark_trigger,
+    build_session,
+    progress_log_path,
+)
+
+log = logging.getLogger("watermark_ops.flight_weather_join")
+
+QUERY_NAME = "flight_weather"
+QUARANTINE_QUERY_NAME = "flight_weather_quarantine"
+DEFAULT_FLIGHTS_DELAY_THRESHOLD = "2 hours"
+DEFAULT_WEATHER_DELAY_THRESHOLD = "3 hours"
+WATERMARK_POLICIES = ("min", "max")
+POLICY_CONF = "spark.sql.streaming.multipleWatermarkPolicy"
+# OffsetSeqMetadata.relevantSQLConfDefaultValues: a checkpoint whose offsets conf lacks the key
+# (written before Spark 2.4) runs with the default policy.
+CHECKPOINT_DEFAULT_POLICY = "min"
+
+# DDL of the weather lander's event (watermark_ops.weather_lander); time_hour is ISO-8601 UTC text,
+# parsed in the job so that an unparseable value is quarantined instead of silently becoming null.
+WEATHER_SCHEMA_DDL = (
+    "id BIGINT, origin STRING, time_hour STRING, temp DOUBLE, dewp DOUBLE, humid DOUBLE, "
+    "wind_dir DOUBLE, wind_speed DOUBLE, wind_gust DOUBLE, precip DOUBLE, pressure DOUBLE, "
+    "visib DOUBLE, stream_time STRING, _corrupt_record STRING"
+)
+WEATHER_MEASUREMENTS = ("temp", "dewp", "humid", "wind_dir", "wind_speed", "wind_gust", "precip", "pressure", "visib")
+JOIN_CONDITION = (
+    "weather_origin = origin AND weather_time > dep_time - INTERVAL 1 HOUR AND weather_time <= dep_time"
+)
+
+
+@dataclass
+class JoinConfig:
+    """Where the job reads and writes, and how. Locations are local paths or Hadoop URIs.
+
+    ``landing`` is the flights landing folder (the name ``flight_windows.classified_events`` reads).
+    Delay thresholds are Spark interval strings (``"2 hours"``).
+    """
+
+    landing: str
+    weather_landing: str
+    checkpoint: str
+    output: str
+    quarantine_output: str | None = None
+    quarantine_checkpoint: str | None = None
+    flights_delay_threshold: str = DEFAULT_FLIGHTS_DELAY_THRESHOLD
+    weather_delay_threshold: str = DEFAULT_WEATHER_DELAY_THRESHOLD
+    watermark_policy: str = "min"
+    spark_trigger: str = "availableNow"
+    run_tag: str | None = None
+    max_files_per_trigger: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.watermark_policy not in WATERMARK_POLICIES:
+            raise ValueError(f"watermark policy must be one of {WATERMARK_POLICIES}, got {self.watermark_policy!r}")
+        self.quarantine_output = self.quarantine_output or self.output.rstrip("/") + "_quarantine"
+        self.quarantine_checkpoint = self.quarantine_checkpoint or self.checkpoint.rstrip("/") + "_quarantine"
+
+
+def checkpoint_watermark_policy(checkpoint: str) -> str | None:
+    """The ``multipleWatermarkPolicy`` a checkpoint is frozen with, from its latest offsets file.
+
+    Reads line 2 (``OffsetSeqMetadata``, ``OffsetSeq.scala``) of ``<checkpoint>/offsets/<N>``
+    for the highest decimal N (other names, e.g. ``.N.crc`` and temp files, are ignored).
+
+    :param checkpoint: checkpoint location (local path or fsspec URL).
+    :return: ``"min"`` or ``"max"``; ``"min"`` when the conf lacks the key (Spark's default for
+        old checkpoints); None for a new checkpoint (no offsets file yet).
+    :raises ValueError: naming the file when the latest offsets file is not ``v<N>`` followed by
+        a JSON object line (Spark would refuse to restart from it as well).
+    """
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(str(checkpoint))
+    folder = root.rstrip("/") + "/offsets"
+    if not fs.isdir(folder):
+        return None
+    ids = [int(name) for name in (p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(folder, detail=False))
+           if name.isdigit()]
+    if not ids:
+        return None
+    path = f"{folder}/{max(ids)}"
+    lines = fs.cat_file(path).decode("utf-8", errors="replace").split("\n")
+    try:
+        if not lines[0].startswith("v"):
+            raise ValueError("no version line")
+        metadata = json.loads(lines[1]) if lines[1].strip() else {}
+        if not isinstance(metadata, dict):
+            raise ValueError("metadata is not a JSON object")
+    except (IndexError, ValueError) as exc:
+        raise ValueError(f"{path}: expected an offset log file ('v<N>' then a metadata JSON object) ({exc})") from exc
+    return str((metadata.get("conf") or {}).get(POLICY_CONF, CHECKPOINT_DEFAULT_POLICY))
+
+
+def apply_watermark_policy(spark, checkpoint: str, requested: str) -> str:
+    """Set the requested policy on the session; return the one the query will actually run with.
+
+    A new checkpoint takes ``requested``. An existing one keeps the policy frozen in its offsets
+    conf whatever the session says (``OffsetSeqMetadata.setSessionConf`` on restart); when that
+    differs from ``requested`` a WARNING says so.
+
+    :return: the effective policy, ``"min"`` or ``"max"``.
+    """
+    spark.conf.set(POLICY_CONF, requested)
+    frozen = checkpoint_watermark_policy(checkpoint)
+    if frozen is None:
+        return requested
+    if frozen != requested:
+        log.warning(
+            "watermark policy %r requested, but checkpoint %s was started with %s=%s: the checkpoint's "
+            "policy wins (Spark ignores the session value on restart); start a new checkpoint to change it",
+            requested, checkpoint, POLICY_CONF, frozen,
+        )
+    return frozen
+
+
+def classified_weather(spark, config: JoinConfig):
+    """The weather landing folder as a stream with ``event_time`` (timestamp) and ``reason``.
+
+    ``reason`` is null for a good row, else ``malformed_record``, ``null_event_time`` or
+    ``unparseable_event_time`` (the same rules as ``flight_windows.classified_events``).
+    """
+    from pyspark.sql import functions as F
+
+    reader = (
+        spark.readStream.schema(WEATHER_SCHEMA_DDL)
+        .option("mode", "PERMISSIVE")
+        .option("columnNameOfCorruptRecord", "_corrupt_record")
+    )
+    if config.max_files_per_trigger:
+        reader = reader.option("maxFilesPerTrigger", config.max_files_per_trigger)
+    raw = reader.json(config.weather_landing)
+    event_time = F.expr("try_to_timestamp(time_hour)")
+    reason = (
+        F.when(F.col("_corrupt_record").isNotNull(), F.lit("malformed_record"))
+        .when(F.col("time_hour").isNull(), F.lit("null_event_time"))
+        .when(event_time.isNull(), F.lit("unparseable_event_time"))
+    )
+    return raw.withColumn("event_time", event_time).withColumn("reason", reason)
+
+
+def flights_with_weather(flight_events, weather_events, flights_delay: str, weather_delay: str):
+    """Good flights (watermarked, deduplicated) left-outer joined with good weather (watermarked).
+
+    Output columns: ``flight_id, origin, dest, carrier, flight, dep_time (timestamp), dep_delay
+    (minutes), weather_id, weather_time (timestamp)`` and the measurements of
+    ``weather_lander`` (null when no observation matched).
+    """
+    from pyspark.sql import functions as F
+
+    flights = (
+        flight_events.where(F.col("reason").isNull())
+        .select(F.col("id").alias("flight_id"), "origin", "dest", "carrier", "flight",
+                F.col("event_time").alias("dep_time"), "dep_delay")
+        .withWatermark("dep_time", flights_delay)
+        .dropDuplicatesWithinWatermark(["flight_id"])
+    )
+    weather = (
+        weather_events.where(F.col("reason").isNull())
+        .select(F.col("id").alias("weather_id"), F.col("origin").alias("weather_origin"),
+                F.col("event_time").alias("weather_time"), *WEATHER_MEASUREMENTS)
+        .withWatermark("weather_time", weather_delay)
+    )
+    return flights.join(weather, F.expr(JOIN_CONDITION), "leftOuter").select(
+        "flight_id", "origin", "dest", "carrier", "flight", "dep_time", "dep_delay",
+        "weather_id", "weather_time", *WEATHER_MEASUREMENTS,
+    )
+
+
+def quarantined_both(flight_events, weather_events):
+    """Bad rows of both inputs, with ``input`` (``flights`` | ``weather``) and their reason.
+
+    Flights keep ``flight_windows.quarantined``'s columns; weather rows add ``time_hour``.
+    """
+    from pyspark.sql import functions as F
+
+    weather = weather_events.where(F.col("reason").isNotNull()).select(
+        "reason", "id", "origin", "time_hour", "stream_time", "_corrupt_record",
+        F.col("_metadata.file_path").alias("source_file"),
+    )
+    return (
+        quarantined(flight_events).withColumn("input", F.lit("flights"))
+        .unionByName(weather.withColumn("input", F.lit("weather")), allowMissingColumns=True)
+    )
+
+
+def _state_operators(query) -> list[dict]:
+    """Per batch of this run: each stateful operator's name, rows dropped by watermark, rows held."""
+    result = []
+    for progress in query.recentProgress:
+        raw = json.loads(progress.json)
+        result.append({
+            "batch_id": raw["batchId"],
+            "operators": [
+                {"operator": op.get("operatorName"),
+                 "rows_dropped_by_watermark": int(op.get("numRowsDroppedByWatermark") or 0),
+                 "state_rows": int(op.get("numRowsTotal") or 0)}
+                for op in raw.get("stateOperators") or []
+            ],
+        })
+    return result
+
+
+def run(spark, config: JoinConfig) -> dict:
+    """Run (restart) both queries once with the configured Spark trigger and wait for them.
+
+    :return: ``{"flight_weather": {"query_id", "batches": [progress records],
+        "state_operators": [{"batch_id", "operators": [{"operator", "rows_dropped_by_watermark",
+        "state_rows"}]}], "watermark_policy": {"requested", "effective"}},
+        "flight_weather_quarantine": {"query_id", "batches", "state_operators"}}``; records are
+        those of this run (shape in ``streaming_common``).
+    :raises pyspark.errors.StreamingQueryException: when a query failed (after recording its
+        batches and stopping the other query).
+    :raises ValueError: for an unreadable latest offsets file in the checkpoint.
+    """
+    effective = apply_watermark_policy(spark, config.checkpoint, config.watermark_policy)
+    flight_events = classified_events(spark, config)
+    weather_events = classified_weather(spark, config)
+    recorder = ProgressRecorder(spark, config.run_tag, config.spark_trigger)
+    joined = flights_with_weather(flight_events, weather_events,
+                                  config.flights_delay_threshold, config.weather_delay_threshold)
+    queries = []
+    try:
+        for name, frame, checkpoint, output in (
+            (QUERY_NAME, joined, config.checkpoint, config.output),
+            (QUARANTINE_QUERY_NAME, quarantined_both(flight_events, weather_events),
+             config.quarantine_checkpoint, config.quarantine_output),
+        ):
+            writer = (
+                frame.writeStream.queryName(name)
+                .format("parquet")
+                .outputMode("append")
+                .option("checkpointLocation", checkpoint)
+                .option("path", output)
+            )
+            query = apply_spark_trigger(writer, config.spark_trigger).start()
+            recorder.register(query, progress_log_path(checkpoint))
+            queries.append(query)
+        for query in queries:
+            query.awaitTermination()
+    finally:
+        for query in queries:
+            if query.isActive:
+                query.stop()
+            recorder.flush(query)
+        recorder.close()
+    result = {
+        q.name: {"query_id": str(q.id), "batches": recorder.records(q), "state_operators": _state_operators(q)}
+        for q in queries
+    }
+    result[QUERY_NAME]["watermark_policy"] = {"requested": config.watermark_policy, "effective": effective}
+    return result
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--landing", required=True, help="landing folder of the flights lander's JSON-lines files")
+    parser.add_argument("--weather-landing", required=True, help="landing folder of the weather lander's files")
+    parser.add_argument("--checkpoint", required=True, help="checkpoint of the join query")
+    parser.add_argument("--output", required=True, help="Parquet sink of the joined rows")
+    parser.add_argument("--quarantine-output", help="Parquet sink of bad records (default <output>_quarantine)")
+    parser.add_argument("--quarantine-checkpoint", help="default <checkpoint>_quarantine")
+    parser.add_argument("--flights-delay-threshold", default=DEFAULT_FLIGHTS_DELAY_THRESHOLD,
+                        help=f"watermark delay threshold of the flights (default {DEFAULT_FLIGHTS_DELAY_THRESHOLD!r})")
+    parser.add_argument("--weather-delay-threshold", default=DEFAULT_WEATHER_DELAY_THRESHOLD,
+                        help=f"watermark delay threshold of the weather (default {DEFAULT_WEATHER_DELAY_THRESHOLD!r})")
+    parser.add_argument("--watermark-policy", choices=WATERMARK_POLICIES, default="min",
+                        help="multipleWatermarkPolicy for a NEW checkpoint (default min); an existing "
+                             "checkpoint keeps its own and a WARNING says so")
+    parser.add_argument("--trigger", dest="spark_trigger", choices=["availableNow", "once"], default="availableNow",
+                        help="Spark trigger: availableNow (default) or the deprecated once")
+    parser.add_argument("--run-tag", help="stamped on every progress record (the DAG passes its run id)")
+    parser.add_argument("--max-files-per-trigger", type=int)
+    parser.add_argument("--master", help="Spark master when not launched by spark-submit (e.g. local[2])")
+    parser.add_argument("--shuffle-partitions", type=int,
+                        help="spark.sql.shuffle.partitions (default: 2 per local core; frozen in the checkpoint)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.captureWarnings(True)  # the Trigger.Once deprecation goes to the driver log
+    args = parse_args(argv)
+    config = JoinConfig(
+        landing=args.landing, weather_landing=args.weather_landing, checkpoint=args.checkpoint,
+        output=args.output, quarantine_output=args.quarantine_output,
+        quarantine_checkpoint=args.quarantine_checkpoint,
+        flights_delay_threshold=args.flights_delay_threshold,
+        weather_delay_threshold=args.weather_delay_threshold, watermark_policy=args.watermark_policy,
+        spark_trigger=args.spark_trigger, run_tag=args.run_tag, max_files_per_trigger=args.max_files_per_trigger,
+    )
+    spark = build_session(QUERY_NAME, master=args.master, shuffle_partitions=args.shuffle_partitions)
+    try:
+        result = run(spark, config)
+    except Exception as exc:  # the query's exception, then a non-zero exit
+        log.error("streaming query failed: %s", exc)
+        return 1
+    finally:
+        spark.stop()
+    for name, info in result.items():
+        log.info("%s (query %s): %d micro-batches this run", name, info["query_id"], len(info["batches"]))
+    policy = result[QUERY_NAME]["watermark_policy"]
+    log.info("watermark policy: %s (requested %s)", policy["effective"], policy["requested"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

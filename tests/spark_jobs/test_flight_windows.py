@@ -1,0 +1,215 @@
+"""The flight_windows job over real flights and real restarts, checked against pandas.
+
+Each run lands one more day and restarts the query from its checkpoint on the shared local[2]
+session (a real restart: new run id, offsets/commits read back from disk). The independent
+computation replays Spark's watermark rules in pandas: per run, rows whose 1-hour window ended at
+or before the previous batch's watermark are dropped; after the run's data batch the watermark is
+max(previous, max event time − delay threshold); a window is emitted once the watermark passes its
+end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pendulum
+import pytest
+
+import flight_windows as fw
+from streaming_common import progress_log_path
+from watermark_ops import lander, settings
+from watermark_ops.progress import read_progress_log, summarize_run
+
+NY = "America/New_York"
+DELAY_MS = 2 * 3600 * 1000  # the job's default delay threshold, "2 hours"
+HOUR_MS = 3600 * 1000
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _day_interval(day: int):
+    start = pendulum.datetime(2013, 1, day, tz=NY)
+    return start, start.add(days=1)
+
+
+def _offsets_watermarks(checkpoint: str) -> dict[int, int]:
+    """batchWatermarkMs per batch id, read straight from offsets/N (OffsetSeqLog, line 2)."""
+    folder = Path(checkpoint) / "offsets"
+    return {
+        int(p.name): json.loads(p.read_text().splitlines()[1])["batchWatermarkMs"]
+        for p in folder.iterdir()
+        if p.name.isdigit()
+    }
+
+
+def _sink(spark, path: str) -> pd.DataFrame:
+    return spark.read.parquet(path).toPandas()
+
+
+@pytest.fixture(scope="module")
+def four_restarts(spark, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("four_restarts")
+    config = fw.JobConfig(landing=str(tmp / "landing"), checkpoint=str(tmp / "ck"), output=str(tmp / "out"))
+    landed, runs = [], []
+    for day in (1, 2, 3, 4):
+        landed.append(lander.land_interval(*_day_interval(day), config.landing))
+        config.run_tag = f"run-{day}"
+        runs.append(fw.run(spark, config))
+    return config, landed, runs
+
+
+def _expected(landed, delay_ms=DELAY_MS):
+    """Pandas replay of Spark's watermark rules over the landed files, run by run."""
+    watermark, kept, dropped, watermarks = 0, [], 0, []
+    for summary in landed:
+        frame = pd.DataFrame([json.loads(line) for line in open(summary["path"])])
+        good = frame[frame.dep_time.notna() & frame.arr_time.notna()].copy()
+        good["event_ms"] = pd.to_datetime(good.dep_time).astype("int64") // 10**6
+        good["window_start_ms"] = good.event_ms // HOUR_MS * HOUR_MS
+        late = good.window_start_ms + HOUR_MS <= watermark  # window already closed: dropped
+        dropped += int(late.sum())
+        kept.append(good[~late])
+        watermarks.append(watermark)
+        watermark = max(watermark, int(good.event_ms.max()) - delay_ms)
+    rows = pd.concat(kept)
+    windows = rows.groupby(["origin", "window_start_ms"]).agg(
+        departures=("id", "size"), mean_dep_delay=("dep_delay", "mean"), max_dep_delay=("dep_delay", "max")
+    ).reset_index()
+    emitted = windows[windows.window_start_ms + HOUR_MS <= watermark]
+    return emitted, dropped, watermarks, watermark
+
+
+def test_windows_equal_independent_pandas_computation(spark, four_restarts):
+    config, landed, _ = four_restarts
+    emitted, _, _, _ = _expected(landed)
+    sink = _sink(spark, config.output)
+    sink["window_start_ms"] = pd.to_datetime(sink.window_start, utc=True).astype("int64") // 10**6
+    assert not sink.duplicated(["origin", "window_start_ms"]).any(), "a window was written twice"
+    merged = emitted.merge(sink, on=["origin", "window_start_ms"], how="outer", indicator=True,
+                           suffixes=("_pandas", "_spark"))
+    assert (merged["_merge"] == "both").all(), merged[merged["_merge"] != "both"]
+    assert (merged.departures_pandas == merged.departures_spark).all()
+    assert (merged.max_dep_delay_pandas == merged.max_dep_delay_spark).all()
+    assert ((merged.mean_dep_delay_pandas - merged.mean_dep_delay_spark).abs() < 1e-9).all()
+    assert len(sink) > 150  # about 50 hourly windows a day at three airports
+
+
+def test_watermark_follows_the_rules_across_restarts(four_restarts):
+    config, landed, runs = four_restarts
+    _, _, data_batch_watermarks, final = _expected(landed)
+    offsets = _offsets_watermarks(config.checkpoint)
+    # availableNow: per run one data batch and one trailing no-data batch.
+    assert sorted(offsets) == list(range(8))
+    assert [offsets[b] for b in (0, 2, 4, 6)] == data_batch_watermarks
+    assert [offsets[b] for b in (1, 3, 5, 7)] == data_batch_watermarks[1:] + [final]
+    ordered = [offsets[b] for b in sorted(offsets)]
+    assert all(a <= b for a, b in zip(ordered, ordered[1:]))
+    assert [len(r[fw.QUERY_NAME]["batches"]) for r in runs] == [2, 2, 2, 2]
+
+
+def test_progress_log_records_every_batch_with_its_run(spark, four_restarts):
+    config, landed, _ = four_restarts
+    log = read_progress_log(progress_log_path(config.checkpoint))
+    assert log.problems == []
+    assert [r["batch_id"] for r in log.records] == list(range(8))
+    assert len({r["run_id"] for r in log.records}) == 4  # one Spark run id per restart
+    assert len({r["query_id"] for r in log.records}) == 1
+    emitted, dropped, _, _ = _expected(landed)
+    total = summarize_run(log.records)
+    assert total["windows_emitted"] == len(emitted) == spark.read.parquet(config.output).count()
+    assert total["input_rows"] == sum(s["records"] for s in landed)
+    # Spark counts late rows after partial aggregation (per window, key and partition), so its
+    # figure is positive exactly when rows were late, and at most the number of late rows.
+    assert dropped > 0 and 0 < total["rows_dropped_by_watermark"] <= dropped
+    day2 = summarize_run([r for r in log.records if r["run_tag"] == "run-2"])
+    assert day2["batch_ids"] == [2, 3] and day2["last_watermark_ms"] == _expected(landed[:2])[3]
+
+
+def test_bad_records_are_kept_aside_and_counted(spark, four_restarts):
+    config, landed, _ = four_restarts
+    quarantine = _sink(spark, config.quarantine_output)
+    statuses = pd.concat(pd.DataFrame([json.loads(line) for line in open(s["path"])]) for s in landed)
+    assert (quarantine.reason == "null_event_time").sum() == (statuses.status == "cancelled").sum() > 0
+    assert (quarantine.reason == "no_arrival").sum() == (statuses.status == "diverted").sum() > 0
+    good = spark.read.parquet(config.output).groupBy().sum("departures").collect()[0][0]
+    _, dropped, _, _ = _expected(landed)
+    still_in_state = len(statuses) - len(quarantine) - dropped - good
+    assert still_in_state >= 0  # nothing lost: emitted + late + quarantined + open windows = input
+    log = read_progress_log(progress_log_path(config.quarantine_checkpoint))
+    assert summarize_run(log.records)["quarantined_rows"] == len(quarantine)
+
+
+def test_malformed_lines_are_quarantined_with_their_text(spark, tmp_path):
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    good = json.dumps({"id": 1, "origin": "JFK", "dest": "LAX", "status": "landed",
+                       "dep_time": "2013-01-01T10:00:00Z", "arr_time": "2013-01-01T16:00:00Z", "dep_delay": 1.0})
+    bad_time = json.dumps({"id": 2, "origin": "JFK", "status": "landed", "dep_time": "yesterday noon",
+                           "arr_time": "2013-01-01T16:00:00Z"})
+    (landing / "hand.jsonl").write_text("\n".join([good, "{not json", bad_time]) + "\n")
+    config = fw.JobConfig(landing=str(landing), checkpoint=str(tmp_path / "ck"), output=str(tmp_path / "out"))
+    fw.run(spark, config)
+    quarantine = _sink(spark, config.quarantine_output).set_index("reason")
+    assert sorted(quarantine.index) == ["malformed_record", "unparseable_event_time"]
+    assert quarantine.loc["malformed_record", "_corrupt_record"] == "{not json"
+    assert quarantine.loc["unparseable_event_time", "dep_time"] == "yesterday noon"
+    assert quarantine.loc["malformed_record", "source_file"].endswith("hand.jsonl")
+
+
+def test_trigger_once_emits_windows_one_run_later(spark, tmp_path):
+    landing = str(tmp_path / "landing")
+    jobs = {
+        t: fw.JobConfig(landing=landing, checkpoint=str(tmp_path / t / "ck"), output=str(tmp_path / t / "out"),
+                        spark_trigger=t)
+        for t in ("availableNow", "once")
+    }
+    lander.land_interval(*_day_interval(1), landing)
+    with pytest.warns(FutureWarning, match="Trigger.Once is deprecated"):
+        first = {t: fw.run(spark, c) for t, c in jobs.items()}
+    assert [b["batch_id"] for b in first["availableNow"][fw.QUERY_NAME]["batches"]] == [0, 1]
+    assert [b["batch_id"] for b in first["once"][fw.QUERY_NAME]["batches"]] == [0]
+    now_windows = _sink(spark, jobs["availableNow"].output)
+    assert len(now_windows) > 0
+    assert spark.read.parquet(jobs["once"].output).count() == 0  # once: nothing emitted yet
+
+    lander.land_interval(*_day_interval(2), landing)
+    fw.run(spark, jobs["once"])
+    once_windows = _sink(spark, jobs["once"].output)
+    # The windows availableNow emitted in run 1 appear with once only in run 2 (plus any window
+    # that run 2's late rows opened below that watermark: once filters late rows one run later).
+    key = ["origin", "window_start"]
+    assert set(map(tuple, now_windows[key].values)) <= set(map(tuple, once_windows[key].values))
+    watermark_1 = _offsets_watermarks(jobs["availableNow"].checkpoint)[1]
+    assert (pd.to_datetime(once_windows.window_end, utc=True).astype("int64") // 10**6 <= watermark_1).all()
+
+    # A once restart with no new input runs no batch: no offsets file is written.
+    before = sorted(_offsets_watermarks(jobs["once"].checkpoint))
+    fw.run(spark, jobs["once"])
+    assert sorted(_offsets_watermarks(jobs["once"].checkpoint)) == before == [0, 1]
+
+
+def test_failed_query_exits_non_zero_with_its_exception(tmp_path):
+    """A real driver (python spark_jobs/flight_windows.py) over a checkpoint whose offset log it cannot read."""
+    landing = tmp_path / "landing"
+    lander.land_interval(*_day_interval(1), str(landing))
+    checkpoint = tmp_path / "ck"
+    (checkpoint / "offsets").mkdir(parents=True)
+    (checkpoint / "offsets" / "0").write_text("v1\n{this is not json\n")
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "spark_jobs" / "flight_windows.py"), "--master", "local[2]",
+         "--landing", str(landing), "--checkpoint", str(checkpoint), "--output", str(tmp_path / "out"),
+         "--shuffle-partitions", "2"],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"},
+    )
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "streaming query failed" in proc.stderr
+    # The corrupt file is left exactly as it was: reported, never fixed.
+    assert (checkpoint / "offsets" / "0").read_text() == "v1\n{this is not json\n"
+
+
+def test_progress_log_convention_is_shared():
+    assert progress_log_path("/a/ck/") == settings.progress_log_path("/a/ck") == "/a/ck.progress.jsonl"
