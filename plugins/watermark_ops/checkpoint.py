@@ -176,6 +176,12 @@ class CommitEntry:
     next_watermark_ms: int
     metadata: dict[str, Any] = field(repr=False)
 
+    @property
+    def has_next_watermark(self) -> bool:
+        """False for a pre-2.4 commit (``{}`` or a bare header): ``next_watermark_ms`` is then a default 0,
+        not a watermark Spark computed, and must not be compared with the offset log."""
+        return "nextBatchWatermarkMs" in self.metadata
+
 
 @dataclass(frozen=True)
 class Batch:
@@ -406,7 +412,7 @@ def parse_offsets(raw: bytes, batch_id: int, file: str) -> tuple[OffsetsEntry, l
         text = line.strip()
         if version >= 2:
             source_id, sep, text = text.partition(":")
-            if not sep:
+            if not sep or not source_id or any(c in source_id for c in '{["'):
                 raise _FileError(
                     "bad_field", f"line {number}: expected '<sourceId>:<offset>' in a v2 offset log, got {line[:60]!r}"
                 )
