@@ -49,6 +49,10 @@ Parquet sink with ``input`` (``flights`` | ``weather``) and ``reason`` (``malfor
 quarantined rows = input rows. Every micro-batch of both queries is appended to
 ``<checkpoint>.progress.jsonl``.
 
+Spark trigger: ``availableNow`` (default) ends each run with a no-data batch when the watermark
+moved, so state is evicted and flights without weather are written in the same run. With the
+deprecated ``once`` there is no such batch: they are written by the next run.
+
 Usage (spark-submit or plain python)::
 
     spark-submit spark_jobs/flight_weather_join.py --landing FLIGHTS --weather-landing WEATHER \
@@ -172,10 +176,17 @@ def apply_watermark_policy(spark, checkpoint: str, requested: str) -> str:
     conf whatever the session says (``OffsetSeqMetadata.setSessionConf`` on restart); when that
     differs from ``requested`` a WARNING says so.
 
-    :return: the effective policy, ``"min"`` or ``"max"``.
+    :return: the effective policy, ``"min"`` or ``"max"``; None when the checkpoint's offsets
+        could not be read here (logged as a WARNING; Spark still applies the checkpoint's policy,
+        or reports the bad file itself).
     """
     spark.conf.set(POLICY_CONF, requested)
-    frozen = checkpoint_watermark_policy(checkpoint)
+    try:
+        frozen = checkpoint_watermark_policy(checkpoint)
+    except (ValueError, OSError, ImportError) as exc:  # unreadable file, or a scheme fsspec lacks
+        log.warning("could not read the watermark policy frozen in checkpoint %s (%s): Spark will apply "
+                    "the checkpoint's own policy, whatever was requested (%r)", checkpoint, exc, requested)
+        return None
     if frozen is None:
         return requested
     if frozen != requested:
@@ -281,10 +292,10 @@ def run(spark, config: JoinConfig) -> dict:
         "state_operators": [{"batch_id", "operators": [{"operator", "rows_dropped_by_watermark",
         "state_rows"}]}], "watermark_policy": {"requested", "effective"}},
         "flight_weather_quarantine": {"query_id", "batches", "state_operators"}}``; records are
-        those of this run (shape in ``streaming_common``).
+        those of this run (shape in ``streaming_common``); ``effective`` is None when the
+        checkpoint's policy could not be read.
     :raises pyspark.errors.StreamingQueryException: when a query failed (after recording its
         batches and stopping the other query).
-    :raises ValueError: for an unreadable latest offsets file in the checkpoint.
     """
     effective = apply_watermark_policy(spark, config.checkpoint, config.watermark_policy)
     flight_events = classified_events(spark, config)
