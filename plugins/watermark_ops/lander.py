@@ -87,7 +87,8 @@ def dataset_dir() -> Path:
     return Path(list(spec.submodule_search_locations)[0]) / "data"
 
 
-def _read_csv_rows(path: Path) -> Iterator[dict[str, str]]:
+def read_csv_rows(path: Path) -> Iterator[dict[str, str]]:
+    """Rows of a data set CSV file (plain or a one-file ``.zip``) as dicts of text cells."""
     if path.suffix == ".zip":
         with zipfile.ZipFile(path) as archive:
             (name,) = [n for n in archive.namelist() if n.endswith(".csv")]
@@ -101,13 +102,14 @@ def _read_csv_rows(path: Path) -> Iterator[dict[str, str]]:
 def airport_time_zones(data_dir: Path | None = None) -> dict[str, str]:
     """FAA code -> IANA time zone name, from ``airports.csv`` plus :data:`EXTRA_AIRPORT_TZ`."""
     zones = dict(EXTRA_AIRPORT_TZ)
-    for row in _read_csv_rows((data_dir or dataset_dir()) / "airports.csv"):
+    for row in read_csv_rows((data_dir or dataset_dir()) / "airports.csv"):
         if row.get("tzone") and row["tzone"] != "NA":
             zones[row["faa"]] = row["tzone"]
     return zones
 
 
-def _num(value: str) -> float | None:
+def parse_number(value: str) -> float | None:
+    """A number of the CSV files, or None for the data set's ``NA`` (and empty) cells."""
     return None if value in ("", "NA") else float(value)
 
 
@@ -119,7 +121,8 @@ def _clock(day: date, hhmm: int, tz: str, fold: int = 0) -> pendulum.DateTime:
     return pendulum.datetime(local_day.year, local_day.month, local_day.day, hours, minutes, tz=tz, fold=fold)
 
 
-def _iso(instant: pendulum.DateTime | None) -> str | None:
+def iso_utc(instant: pendulum.DateTime | None) -> str | None:
+    """``YYYY-MM-DDTHH:mm:ssZ`` in UTC, the events' time format; None stays None."""
     return None if instant is None else instant.in_timezone("UTC").format("YYYY-MM-DDTHH:mm:ss[Z]")
 
 
@@ -156,8 +159,8 @@ def flight_event(row: dict[str, str], row_id: int, zones: dict[str, str]) -> dic
         dest_tz = zones[row["dest"]]
     except (KeyError, ValueError) as exc:
         raise LanderError(f"flights.csv row {row_id}: expected date, schedule and a known destination ({exc!r})") from exc
-    dep_clock, arr_clock = _num(row["dep_time"]), _num(row["arr_time"])
-    dep_delay, arr_delay = _num(row["dep_delay"]), _num(row["arr_delay"])
+    dep_clock, arr_clock = parse_number(row["dep_time"]), parse_number(row["arr_time"])
+    dep_delay, arr_delay = parse_number(row["dep_delay"]), parse_number(row["arr_delay"])
     sched_dep = _clock(day, sched_dep_hhmm, ORIGIN_TZ)
     sched_arr = arrival_instant(sched_dep, sched_arr_hhmm, dest_tz)
 
@@ -179,12 +182,12 @@ def flight_event(row: dict[str, str], row_id: int, zones: dict[str, str]) -> dic
         "flight": int(row["flight"]),
         "tailnum": None if row["tailnum"] in ("", "NA") else row["tailnum"],
         "status": status,
-        "sched_dep_time": _iso(sched_dep),
-        "dep_time": _iso(departure),
-        "arr_time": _iso(arrival),
+        "sched_dep_time": iso_utc(sched_dep),
+        "dep_time": iso_utc(departure),
+        "arr_time": iso_utc(arrival),
         "dep_delay": dep_delay,
         "arr_delay": arr_delay,
-        "stream_time": _iso(stream_time),
+        "stream_time": iso_utc(stream_time),
     }
 
 
@@ -201,7 +204,7 @@ class FlightEvents:
     def __post_init__(self) -> None:
         self._zones = airport_time_zones(self.data_dir)
         self._rows_by_day: dict[date, list[tuple[int, dict[str, str]]]] = {}
-        for row_id, row in enumerate(_read_csv_rows(self.data_dir / "flights.csv.zip"), start=1):
+        for row_id, row in enumerate(read_csv_rows(self.data_dir / "flights.csv.zip"), start=1):
             day = date(int(row["year"]), int(row["month"]), int(row["day"]))
             self._rows_by_day.setdefault(day, []).append((row_id, row))
 
@@ -273,14 +276,14 @@ def land_interval(start: Any, end: Any, landing: str, data_dir: Path | None = No
         an interval where nothing landed writes no file (``path`` is None) but creates the folder.
     :raises LanderError: for an empty or reversed interval, or bad rows in the data set.
     """
-    start, end = _instant(start), _instant(end)
+    start, end = aware_instant(start), aware_instant(end)
     if end <= start:
         raise LanderError(f"data interval is empty or reversed: [{start}, {end})")
     events = flight_events(data_dir).events_reaching_stream(start, end)
     by_status: dict[str, int] = {}
     for event in events:
         by_status[event["status"]] = by_status.get(event["status"], 0) + 1
-    summary: dict[str, Any] = {"start": _iso(start), "end": _iso(end), "by_status": by_status}
+    summary: dict[str, Any] = {"start": iso_utc(start), "end": iso_utc(end), "by_status": by_status}
     if not events:  # still create the folder: Spark's file source fails on a missing path
         import fsspec
 
@@ -290,7 +293,7 @@ def land_interval(start: Any, end: Any, landing: str, data_dir: Path | None = No
     return {**summary, **write_jsonl_atomically(landing, interval_file_name(start, end), events)}
 
 
-def _instant(value: Any) -> pendulum.DateTime:
+def aware_instant(value: Any) -> pendulum.DateTime:
     """An aware pendulum instant from a datetime or ISO-8601 text; a naive value is refused
     (pendulum would silently read it as UTC)."""
     parsed = datetime.fromisoformat(value) if isinstance(value, str) else value

@@ -65,10 +65,10 @@ import pendulum
 from watermark_ops.lander import (
     ORIGIN_TZ,
     LanderError,
-    _instant,
-    _iso,
-    _num,
-    _read_csv_rows,
+    aware_instant,
+    iso_utc,
+    parse_number,
+    read_csv_rows,
     dataset_dir,
     interval_file_name,
     write_jsonl_atomically,
@@ -115,7 +115,7 @@ def weather_event(row: dict[str, str], row_id: int, file: str = WEATHER_FILE) ->
         observed = pendulum.parse(row["time_hour"]).in_timezone("UTC")
         local_clock = (int(row["year"]), int(row["month"]), int(row["day"]), int(row["hour"]))
         origin = row["origin"]
-        measurements = {name: _num(row[name]) for name in MEASUREMENTS}
+        measurements = {name: parse_number(row[name]) for name in MEASUREMENTS}
     except (KeyError, ValueError, pendulum.parsing.exceptions.ParserError) as exc:
         raise LanderError(
             f"{where}: expected origin, year, month, day, hour, time_hour (ISO-8601) and "
@@ -131,9 +131,9 @@ def weather_event(row: dict[str, str], row_id: int, file: str = WEATHER_FILE) ->
     return {
         "id": row_id,
         "origin": origin,
-        "time_hour": _iso(observed),
+        "time_hour": iso_utc(observed),
         **measurements,
-        "stream_time": _iso(stream_instant(origin, observed)),
+        "stream_time": iso_utc(stream_instant(origin, observed)),
     }
 
 
@@ -148,7 +148,7 @@ class WeatherEvents:
 
     def __post_init__(self) -> None:
         rows: list[tuple[datetime, int, dict[str, str]]] = []
-        for row_id, row in enumerate(_read_csv_rows(Path(self.data_dir) / WEATHER_FILE), start=1):
+        for row_id, row in enumerate(read_csv_rows(Path(self.data_dir) / WEATHER_FILE), start=1):
             try:
                 observed = datetime.fromisoformat(row["time_hour"].replace("Z", "+00:00"))
             except (KeyError, ValueError, AttributeError) as exc:
@@ -200,14 +200,14 @@ def land_weather_interval(start: Any, end: Any, landing: str, data_dir: Path | N
     :raises LanderError: for an empty or reversed interval, a bound without a time zone, or a
         bad row of the data set.
     """
-    start, end = _instant(start), _instant(end)
+    start, end = aware_instant(start), aware_instant(end)
     if end <= start:
         raise LanderError(f"data interval is empty or reversed: [{start}, {end})")
     events = weather_events(data_dir).events_reaching_stream(start, end)
     by_origin: dict[str, int] = {}
     for event in events:
         by_origin[event["origin"]] = by_origin.get(event["origin"], 0) + 1
-    summary: dict[str, Any] = {"start": _iso(start), "end": _iso(end), "by_origin": by_origin}
+    summary: dict[str, Any] = {"start": iso_utc(start), "end": iso_utc(end), "by_origin": by_origin}
     if not events:
         import fsspec
 
