@@ -220,7 +220,7 @@ def progress_records(checkpoint: Path) -> list[dict]:
 
 @dataclass
 class KilledRun:
-    """A checkpoint whose driver was SIGKILLed after ``offsets/N`` and before ``commits/N``.
+    """A checkpoint whose driver (its own process) was SIGKILLed after ``offsets/N`` and before ``commits/N``.
 
     :ivar in_flight: N.
     :ivar after_kill: snapshot taken right after the kill (offsets N without commits N).
@@ -277,9 +277,10 @@ def kill_in_flight(folder: Path, files: int = 12, timeout_s: float = 240.0) -> K
     return KilledRun(dirs, in_flight, snapshot(dirs.checkpoint, folder / "after_kill"))
 
 
-def restart_killed(run: KilledRun) -> subprocess.CompletedProcess:
-    """Restart the killed job as its own driver (no limit per trigger); it re-runs the in-flight batch."""
-    return subprocess.run(_job_command(run.dirs, []), capture_output=True, text=True, timeout=300)
+def restart_killed(spark, run: KilledRun) -> dict:
+    """Restart the killed query on the shared session (a new driver for it, no limit per trigger):
+    Spark re-runs the in-flight batch with its own offsets, then goes on."""
+    return run_job(spark, run.dirs)
 
 
 # --------------------------------------------------------------------------------------------

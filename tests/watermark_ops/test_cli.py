@@ -1,0 +1,145 @@
+"""The terminal face: ``watermark-ops audit|status`` on real and hand-made checkpoints, exit codes, JSON."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.watermark_ops import checkpoint_fixtures as cf
+from watermark_ops import cli
+from watermark_ops.audit import iso_utc
+
+
+@pytest.fixture(scope="module")
+def history(spark):
+    return cf.restart_history(spark)
+
+
+def run(capsys, *argv):
+    code = cli.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_audit_table_of_a_real_checkpoint(capsys, history, tmp_path):
+    checkpoint = cf.copy_checkpoint(history.checkpoint, tmp_path / "cp")
+    code, out, _ = run(capsys, "audit", checkpoint, "--state", tmp_path / "state.json")
+    assert code == 0
+    watermark = history.runs[-1]["batches"][-1]["watermark_ms"]
+    assert f"query id {history.runs[0]['query_id']}" in out
+    for column in ("batch", "watermark (UTC)", "watermark ms", "change", "batch time (UTC)", "commit"):
+        assert column in out
+    assert iso_utc(watermark) in out and str(watermark) in out
+    assert "+54m" in out  # batch 3: the watermark moved by 54 minutes after run 2's data batch
+    assert out.count("committed") == 7
+    assert "No findings." in out and "status ok (exit 0)" in out
+    # The second audit remembers: nothing was added since.
+    code, out, _ = run(capsys, "audit", checkpoint, "--state", tmp_path / "state.json", "--limit", "2")
+    assert code == 0 and "no batch added since the audit of" in out
+    assert "5 earlier batches not shown" in out
+
+
+def test_audit_json_shape(capsys, history):
+    code, out, _ = run(capsys, "audit", history.checkpoint, "--json")
+    document = json.loads(out)
+    assert code == 0 and document["status"] == "ok"
+    assert document["watermark_ms"] == history.runs[-1]["batches"][-1]["watermark_ms"]
+    assert document["in_flight_batch"] is None and document["findings"] == []
+    assert document["batches"][4] == {
+        "batch_id": 4, "watermark_ms": history.runs[2]["batches"][0]["watermark_ms"],
+        "timestamp_ms": document["batches"][4]["timestamp_ms"],
+        "next_watermark_ms": history.runs[4]["batches"][0]["watermark_ms"], "committed": True}
+
+
+def test_violation_exits_1_and_shows_the_finding(capsys, tmp_path):
+    root = tmp_path / "cp"
+    cf.handmade_checkpoint(str(root), [(0, 5000), (5000, 9000), (2000, 2000)])
+    code, out, _ = run(capsys, "audit", root)
+    assert code == 1
+    assert "watermark_regressed" in out and "commit_offset_mismatch" in out and "status violation (exit 1)" in out
+    code, out, _ = run(capsys, "audit", root, "--json")
+    document = json.loads(out)
+    assert code == 1 and document["status"] == "violation"
+    finding = next(f for f in document["findings"] if f["rule"] == "watermark_regressed")
+    assert finding == {"rule": "watermark_regressed", "severity": "error", "batch_id": 2,
+                       "file": f"{root}/offsets/2", "message": finding["message"]}
+
+
+def test_unreadable_exits_2(capsys, tmp_path):
+    root = tmp_path / "cp"
+    cf.handmade_checkpoint(str(root), [(0, 5000), (5000, 9000)])
+    cf.put(str(root), "commits/1", b"\x00\x00")
+    code, out, _ = run(capsys, "audit", root, "--json")
+    document = json.loads(out)
+    assert code == 2 and document["status"] == "unreadable"
+    assert document["findings"][0]["file"] == f"{root}/commits/1" and "[binary]" in document["findings"][0]["message"]
+    code, out, _ = run(capsys, "audit", tmp_path / "missing")
+    assert code == 2 and "checkpoint_missing" in out
+
+
+def test_in_flight_batch_is_shown_and_exits_0(capsys, tmp_path):
+    root = tmp_path / "cp"
+    cf.handmade_checkpoint(str(root), [(0, 5000), (5000, None)])
+    code, out, _ = run(capsys, "audit", root)
+    assert code == 0 and "in flight" in out and "in_flight_batch" in out and "in flight: 1" in out
+
+
+def test_malformed_state_file_exits_2_and_is_kept(capsys, tmp_path):
+    root = tmp_path / "cp"
+    cf.handmade_checkpoint(str(root), [(0, 5000)])
+    state = tmp_path / "state.json"
+    state.write_text("[]")
+    code, out, err = run(capsys, "audit", root, "--state", state)
+    assert code == 2 and str(state) in err and out == ""
+    assert state.read_text() == "[]"
+
+
+def test_status(capsys, history, tmp_path):
+    code, out, _ = run(capsys, "status", history.checkpoint, "--json")
+    document = json.loads(out)
+    assert code == 0
+    assert document["query_id"] == history.runs[0]["query_id"]
+    assert (document["head_batch_id"], document["lowest_batch_id"], document["in_flight_batch"]) == (6, 0, None)
+    assert document["watermark_ms"] == history.runs[-1]["batches"][-1]["watermark_ms"]
+    assert document["watermark"] == iso_utc(document["watermark_ms"])
+    assert document["latest_batch_time"] == iso_utc(document["latest_batch_timestamp_ms"])
+    code, out, _ = run(capsys, "status", history.checkpoint)
+    assert code == 0 and "next batch watermark" in out and document["watermark"] in out
+    root = tmp_path / "cp"
+    cf.handmade_checkpoint(str(root), [(0, 5000), (5000, None)])
+    code, out, _ = run(capsys, "status", root, "--json")
+    assert code == 0 and json.loads(out)["in_flight_batch"] == 1
+    cf.put(str(root), "offsets/1", "v1\n{")
+    code, out, _ = run(capsys, "status", root, "--json")
+    assert code == 2 and json.loads(out)["problems"][0]["kind"] == "not_json"
+    code, _, _ = run(capsys, "status", tmp_path / "missing")
+    assert code == 2
+
+
+def test_registry_lets_other_modules_add_subcommands(capsys):
+    seen = []
+    command = cli.Subcommand("echo-test", "a test subcommand", lambda p: p.add_argument("word"),
+                             lambda args: seen.append(args.word) or 3)
+    cli.register(command)
+    try:
+        assert cli.main(["echo-test", "hello"]) == 3 and seen == ["hello"]
+        assert "echo-test" in cli.build_parser().format_help()
+    finally:
+        del cli._REGISTRY["echo-test"]
+    with pytest.raises(SystemExit):
+        cli.main(["echo-test", "x"])
+    capsys.readouterr()
+
+
+def test_console_script_and_python_m(history):
+    script = Path(sys.executable).parent / "watermark-ops"
+    by_script = subprocess.run([str(script), "status", str(history.checkpoint), "--json"],
+                               capture_output=True, text=True)
+    by_module = subprocess.run([sys.executable, "-m", "watermark_ops", "audit", str(history.checkpoint), "--json"],
+                               capture_output=True, text=True)
+    assert by_script.returncode == 0 and json.loads(by_script.stdout)["head_batch_id"] == 6
+    assert by_module.returncode == 0 and json.loads(by_module.stdout)["status"] == "ok"
