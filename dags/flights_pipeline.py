@@ -14,21 +14,16 @@ Cheap to parse: no pyspark, no file I/O at module level.
 
 from __future__ import annotations
 
-import os
-import sys
 from datetime import timedelta
 
 import pendulum
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import CronDataIntervalTimetable, Param, dag, task
 
-from watermark_ops.settings import SPARK_JOBS_DIR, job_locations
+from watermark_ops.settings import SPARK_JOBS_DIR, job_locations, spark_submit_env
 
 JOB = "flight_windows"
 LOCATIONS = job_locations(JOB)
-# spark-submit must resolve to the same environment as this worker (SPARK_HOME and the driver's
-# Python are found through the venv's bin): put it first on the PATH of the submit process.
-_BIN = os.path.dirname(sys.executable)
 
 
 @dag(
@@ -75,26 +70,16 @@ def flights_pipeline():
             "spark.sql.shuffle.partitions": "{{ params.shuffle_partitions }}",
             "spark.ui.showConsoleProgress": "false",
         },
-        env_vars={"PATH": _BIN + os.pathsep + os.environ.get("PATH", ""), "PYSPARK_PYTHON": sys.executable},
+        env_vars=spark_submit_env(),
         execution_timeout=timedelta(minutes=30),
     )
 
     @task(multiple_outputs=True)
     def collect_progress(run_id=None) -> dict:
         """This run's micro-batches (batch ids, watermarks, windows emitted, drops) and last watermark."""
-        from watermark_ops.progress import read_progress_log, records_of_run, summarize_run
-        from watermark_ops.settings import progress_log_path
+        from watermark_ops.progress import run_report
 
-        windows = read_progress_log(LOCATIONS["progress_log"])
-        quarantine = read_progress_log(progress_log_path(LOCATIONS["checkpoint"] + "_quarantine"))
-        summary = summarize_run(records_of_run(windows, run_id))
-        summary["quarantined_rows"] = summarize_run(records_of_run(quarantine, run_id))["quarantined_rows"]
-        summary["last_watermark"] = (
-            None if summary["last_watermark_ms"] is None
-            else pendulum.from_timestamp(summary["last_watermark_ms"] / 1000).isoformat()
-        )
-        summary["progress_log_problems"] = windows.problems + quarantine.problems
-        return summary
+        return run_report(LOCATIONS["checkpoint"], run_id)
 
     land() >> run_job >> collect_progress()
 

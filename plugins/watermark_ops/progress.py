@@ -98,3 +98,30 @@ def summarize_run(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
 def records_of_run(log: ProgressLog, run_tag: str) -> list[dict[str, Any]]:
     """The records stamped with ``run_tag`` (the job's ``--run-tag``, the DAG passes its run id)."""
     return [r for r in log.records if r.get("run_tag") == run_tag]
+
+
+def run_report(checkpoint: str, run_tag: str, quarantine_checkpoint: str | None = None) -> dict[str, Any]:
+    """What one DAG run's restart of a job did, from the progress logs beside its checkpoints.
+
+    :param checkpoint: the main query's checkpoint; its log is ``<checkpoint>.progress.jsonl``.
+    :param run_tag: the ``--run-tag`` the job was given (the DAG's run id).
+    :param quarantine_checkpoint: the quarantine query's checkpoint (default ``<checkpoint>_quarantine``).
+    :return: :func:`summarize_run` of the main query's batches, plus ``quarantined_rows`` (from the
+        quarantine query), ``last_watermark`` (ISO-8601 UTC or None) and ``progress_log_problems``
+        (lines of either log that could not be read, each naming file and line).
+    """
+    from datetime import datetime, timezone
+
+    from watermark_ops.settings import progress_log_path
+
+    main = read_progress_log(progress_log_path(checkpoint))
+    quarantine = read_progress_log(progress_log_path(quarantine_checkpoint or checkpoint.rstrip("/") + "_quarantine"))
+    report = summarize_run(records_of_run(main, run_tag))
+    report["quarantined_rows"] = summarize_run(records_of_run(quarantine, run_tag))["quarantined_rows"]
+    watermark = report["last_watermark_ms"]
+    report["last_watermark"] = (
+        None if watermark is None
+        else datetime.fromtimestamp(watermark / 1000, tz=timezone.utc).isoformat().replace("+00:00", "Z")
+    )
+    report["progress_log_problems"] = main.problems + quarantine.problems
+    return report

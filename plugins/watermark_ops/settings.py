@@ -4,6 +4,7 @@ Layout under the runtime home (all created on demand by the code that writes the
 
     airflow/                 AIRFLOW_HOME with its SQLite metadata DB (set by the Makefile)
     landing/flights/         JSON-lines files written by the lander, one per data interval
+    landing/weather/         the weather lander's files
     checkpoints/<job>/       Spark checkpoints (offset log, commit log, state, metadata)
     checkpoints/<job>.progress.jsonl   the job's per-batch progress log, beside its checkpoint
     output/<job>/            the job's Parquet sinks (results and quarantine)
@@ -36,14 +37,26 @@ def job_locations(job: str, home: Path | None = None) -> dict[str, str]:
     """Default locations of a Spark job's files under the runtime home.
 
     :param job: the job name (``flight_windows``, ...).
-    :return: ``{"landing": <home>/landing/flights, "checkpoint": <home>/checkpoints/<job>,
-        "progress_log": <checkpoint>.progress.jsonl, "output": <home>/output/<job>}``.
+    :return: ``{"landing": <home>/landing/flights, "weather_landing": <home>/landing/weather,
+        "checkpoint": <home>/checkpoints/<job>, "progress_log": <checkpoint>.progress.jsonl,
+        "output": <home>/output/<job>}``.
     """
     home = home or runtime_home()
     checkpoint = str(home / "checkpoints" / job)
     return {
         "landing": str(home / "landing" / "flights"),
+        "weather_landing": str(home / "landing" / "weather"),
         "checkpoint": checkpoint,
         "progress_log": progress_log_path(checkpoint),
         "output": str(home / "output" / job),
     }
+
+
+def spark_submit_env() -> dict[str, str]:
+    """``env_vars`` for the provider's SparkSubmitOperator: this interpreter's ``bin`` first on
+    ``PATH`` (spark-submit finds ``SPARK_HOME`` and the driver's Python through it) and
+    ``PYSPARK_PYTHON`` set to this interpreter. Read at DAG parse time; no I/O."""
+    import sys
+
+    bin_dir = os.path.dirname(sys.executable)
+    return {"PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""), "PYSPARK_PYTHON": sys.executable}
