@@ -458,9 +458,11 @@ def _list(fs: Any, path: str) -> dict[str, str]:
     return {_name(info["name"]): info.get("type", "file") for info in fs.ls(path, detail=True)}
 
 
-def _batch_files(names: dict[str, str]) -> dict[int, str]:
-    """{batch id: name} of the names that are a whole decimal batch id (``HDFSMetadataLog.isBatchFile``)."""
-    return {int(n): n for n, kind in names.items() if _BATCH_NAME.match(n) and kind != "directory"}
+def _batch_files(fs: Any, folder: str) -> dict[int, str]:
+    """One listing of a log folder (names only: no stat per file) -> {batch id: path} of the names
+    that are a whole decimal batch id (``HDFSMetadataLog.isBatchFile``)."""
+    paths = (p if isinstance(p, str) else p["name"] for p in fs.ls(folder, detail=False))
+    return {int(name): f"{folder}/{name}" for name in map(_name, paths) if _BATCH_NAME.match(name)}
 
 
 def read_checkpoint(location: Any, *, filesystem: Any = None,
@@ -507,7 +509,7 @@ def read_checkpoint(location: Any, *, filesystem: Any = None,
             continue
         folder = f"{root}/{log_name}"
         try:
-            folders[log_name] = {i: f"{folder}/{n}" for i, n in _batch_files(_list(fs, folder)).items()}
+            folders[log_name] = _batch_files(fs, folder)
         except Exception as exc:
             problems.append(ReadProblem("unreadable", _display(fs, folder), f"cannot list the folder: {exc!r}"))
     has_commit_log = top.get("commits") == "directory"

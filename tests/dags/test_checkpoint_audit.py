@@ -1,0 +1,70 @@
+"""The on-call checkpoint_audit DAG: parses cheaply, has the Params form, logs the terminal's table."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.watermark_ops import checkpoint_fixtures as cf
+
+DAG_FILE = Path(__file__).resolve().parents[2] / "dags" / "checkpoint_audit.py"
+
+
+@pytest.fixture(scope="module")
+def dag(airflow_db):
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(DAG_FILE))
+    assert bag.import_errors == {}
+    return bag.get_dag("checkpoint_audit")
+
+
+def test_manual_dag_with_a_checkpoint_form(dag):
+    from watermark_ops.settings import job_locations
+
+    assert type(dag.timetable).__name__ == "NullTimetable"  # schedule=None: triggered by hand only
+    param = dag.params.get_param("checkpoint")
+    assert param.value == job_locations("flight_windows")["checkpoint"]
+    assert param.schema["type"] == "string" and param.schema["title"] == "Checkpoint location"
+    (task,) = dag.tasks
+    assert task.task_type == "WatermarkAuditOperator" and task.checkpoint == "{{ params.checkpoint }}"
+
+
+def test_dag_file_does_not_import_pyspark():
+    code = (f"import runpy, sys; runpy.run_path({str(DAG_FILE)!r}); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'pyspark'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_triggered_run_logs_the_same_table_as_the_terminal(spark, dag, tmp_path, capfd):
+    from airflow.models import TaskInstance
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    from watermark_ops.audit import run_audit
+    from watermark_ops.cli import report_text
+
+    checkpoint = cf.copy_checkpoint(cf.restart_history(spark).checkpoint, tmp_path / "cp")
+    capfd.readouterr()
+    dag_run = dag.test(run_conf={"checkpoint": str(checkpoint)})
+    logged = capfd.readouterr()
+    log = logged.out + logged.err
+
+    with create_session() as session:
+        ti = session.query(TaskInstance).filter_by(dag_id="checkpoint_audit", run_id=dag_run.run_id).one()
+        xcom = session.query(XComModel).filter_by(dag_id="checkpoint_audit", run_id=dag_run.run_id,
+                                                  key="return_value").one()
+        assert ti.state == "success"
+        report = xcom.value if not isinstance(xcom.value, str) else json.loads(xcom.value)
+    assert report["status"] == "ok" and report["location"] == str(checkpoint)
+    # The table the terminal prints for the same checkpoint (same rows, same findings) is in the log.
+    terminal = report_text(run_audit(str(checkpoint)))
+    table = [line for line in terminal.splitlines() if line.startswith(("┃", "│"))]
+    assert len(table) == 1 + 7
+    for line in table:
+        assert line in log
