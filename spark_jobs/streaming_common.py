@@ -40,6 +40,7 @@ import json
 import logging
 import os
 import threading
+import time
 import warnings
 from datetime import datetime
 from typing import Any
@@ -242,6 +243,33 @@ class ProgressRecorder:
         if self._listener is not None:
             self._spark.streams.removeListener(self._listener)
             self._listener = None
+
+
+def exit_with_launcher(poll_seconds: float = 1.0) -> bool:
+    """Under spark-submit, end this Python driver as soon as the JVM that launched it is gone.
+
+    spark-submit's JVM (``PythonRunner``) starts the Python driver as its child. Airflow's
+    SparkSubmitOperator.on_kill kills that JVM; the Python process would then be left behind,
+    sometimes for good (py4j threads keep it alive). A daemon thread polls ``os.getppid()`` and
+    exits the process with status 143 when the parent changes. Without spark-submit (plain
+    ``python job.py``, where Python is the JVM's parent) it does nothing.
+
+    :param poll_seconds: how often the parent is checked.
+    :return: True when the watchdog was started.
+    """
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        return False
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(poll_seconds)
+            if os.getppid() != parent:
+                log.error("the spark-submit JVM (pid %s) is gone: stopping this driver", parent)
+                os._exit(143)
+
+    threading.Thread(target=watch, name="exit-with-launcher", daemon=True).start()
+    return True
 
 
 def progress_log_path(checkpoint: str) -> str:

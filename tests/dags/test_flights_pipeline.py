@@ -81,3 +81,56 @@ def test_one_dag_run_end_to_end(airflow_db):
     assert xcoms[("collect_progress", "last_watermark")] == pendulum.from_timestamp(
         offsets_1["batchWatermarkMs"] / 1000).format("YYYY-MM-DDTHH:mm:ss[Z]")
     assert xcoms[("collect_progress", "windows_emitted")] > 0
+
+
+def test_killing_the_spark_task_kills_the_driver(tmp_path):
+    """The provider operator's on_kill (what Airflow calls when the task is killed) ends the
+    spark-submit JVM and the Python driver; the batch it was running stays in flight."""
+    import threading
+    import time
+
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+    from watermark_ops.lander import land_interval
+    from watermark_ops.settings import SPARK_JOBS_DIR, spark_submit_env
+
+    start = pendulum.datetime(2013, 1, 1, tz="America/New_York")
+    for day in range(6):
+        land_interval(start.add(days=day), start.add(days=day + 1), str(tmp_path / "landing"))
+    checkpoint = tmp_path / "ck"
+    operator = SparkSubmitOperator(
+        task_id="flight_windows", application=str(SPARK_JOBS_DIR / "flight_windows.py"),
+        py_files=str(SPARK_JOBS_DIR / "streaming_common.py"), conf={"spark.sql.shuffle.partitions": "2"},
+        application_args=["--landing", str(tmp_path / "landing"), "--checkpoint", str(checkpoint),
+                          "--output", str(tmp_path / "out"), "--max-files-per-trigger", "1"],
+        env_vars=spark_submit_env(),
+    )
+    errors: list[Exception] = []
+
+    def execute():
+        try:
+            operator.execute({})
+        except Exception as exc:  # the killed spark-submit makes execute raise
+            errors.append(exc)
+
+    def drivers() -> list[str]:
+        out = subprocess.run(["pgrep", "-af", str(checkpoint)], capture_output=True, text=True).stdout
+        return [line for line in out.splitlines() if "pgrep" not in line]
+
+    thread = threading.Thread(target=execute)
+    thread.start()
+    deadline = time.monotonic() + 240
+    while not (checkpoint / "offsets" / "1").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert (checkpoint / "offsets" / "1").exists(), "the job never reached batch 1"
+    assert any("flight_windows.py" in line and "java" not in line for line in drivers())  # the Python driver
+    operator.on_kill()
+    thread.join(120)
+    deadline = time.monotonic() + 30
+    while drivers() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert drivers() == [] and not thread.is_alive()
+    assert errors, "execute must fail when its driver is killed"
+    batches = {p.name for p in (checkpoint / "offsets").iterdir() if p.name.isdigit()}
+    commits = {p.name for p in (checkpoint / "commits").iterdir() if p.name.isdigit()}
+    assert commits < batches  # the newest batch is in flight: Spark re-runs it on restart
