@@ -61,8 +61,16 @@ __all__ = [
     "BatchRecord",
     "Finding",
     "audit_checkpoint",
+    "commit_offset_mismatch",
+    "commit_without_offsets",
+    "conf_changed",
+    "in_flight_batch",
     "iso_utc",
+    "memory_rules",
+    "missing_batch",
     "run_audit",
+    "unreadable",
+    "watermark_regressed",
 ]
 
 ERROR, WARNING, INFO = "error", "warning", "info"

@@ -12,14 +12,17 @@ Public API (stable; other modules build on it)
     parse becomes a :class:`ReadProblem` naming the file, and the rest is still read.
 
 ``Checkpoint`` (frozen dataclass)
-    ``location`` (str, as given), ``query_id`` (str | None: None when ``metadata`` is missing or
-    unreadable), ``batches`` (tuple of :class:`Batch`, ascending batch id; every id that has an
-    offsets or a commit file), ``problems`` (tuple of :class:`ReadProblem`), ``has_commit_log``
-    (False for pre-2.2 checkpoints, which have no ``commits/`` folder), ``metadata_file``.
+    ``location`` (str: an absolute local path, or a URL such as ``s3://b/cp``), ``query_id``
+    (str | None: None when ``metadata`` is missing or unreadable), ``batches`` (tuple of
+    :class:`Batch`, ascending batch id; every id that has an offsets or a commit file),
+    ``problems`` (tuple of :class:`ReadProblem`), ``has_commit_log`` (False for pre-2.2
+    checkpoints, which have no ``commits/`` folder), ``metadata_file``.
     Derived: ``head_batch_id`` (latest batch id in the offset log, what Spark restarts from),
     ``in_flight_batch_id`` (the head batch when it has offsets but no commit: running now, or its
     driver died), ``next_watermark_ms`` (the watermark the next batch starts from, as
     ``MicroBatchExecution.populateStartOffsets`` restores it), ``batch(batch_id)``.
+    ``CommitEntry.has_next_watermark`` is False for pre-2.4 commits (``{}``): their 0 is a
+    default, not a watermark to compare.
 
 ``Batch`` (frozen dataclass), one per batch id
     ``batch_id`` (int), ``offsets`` (:class:`OffsetsEntry` | None), ``commit``
@@ -380,12 +383,12 @@ def _int_field(obj: dict[str, Any], key: str, what: str) -> int:
     return value
 
 
-def parse_offsets(raw: bytes, batch_id: int, file: str) -> tuple[OffsetsEntry, list[ReadProblem]]:
+def _parse_offsets(raw: bytes, batch_id: int, file: str) -> tuple[OffsetsEntry, list[ReadProblem]]:
     """Parse the bytes of ``offsets/<batch_id>`` (``OffsetSeqLog.deserialize``).
 
     :return: the entry and the problems of individual source lines (kept, see :class:`OffsetsEntry`).
-    :raises _FileError: (internal) when the file as a whole cannot be used; :func:`read_checkpoint`
-        turns it into a :class:`ReadProblem`.
+    :raises _FileError: when the file as a whole cannot be used; :func:`read_checkpoint` turns it
+        into a :class:`ReadProblem`.
     """
     version, lines = _lines_with_header(raw, "offset log", OFFSETS_MAX_VERSION)
     if not lines:
@@ -439,12 +442,12 @@ def parse_offsets(raw: bytes, batch_id: int, file: str) -> tuple[OffsetsEntry, l
     return entry, problems
 
 
-def parse_commit(raw: bytes, batch_id: int, file: str) -> CommitEntry:
+def _parse_commit(raw: bytes, batch_id: int, file: str) -> CommitEntry:
     """Parse the bytes of ``commits/<batch_id>`` (``CommitLog.deserialize``).
 
     A header with no JSON line, or ``{}``, is a pre-2.4 commit: ``next_watermark_ms`` 0.
 
-    :raises _FileError: (internal) turned into a :class:`ReadProblem` by :func:`read_checkpoint`.
+    :raises _FileError: turned into a :class:`ReadProblem` by :func:`read_checkpoint`.
     """
     version, lines = _lines_with_header(raw, "commit log", COMMITS_MAX_VERSION)
     text = lines[0].strip() if lines else ""
@@ -480,7 +483,7 @@ def read_checkpoint(location: Any, *, filesystem: Any = None,
         its file), never raised, and every other file is still read.
     """
     fs, root = _resolve(location, filesystem, storage_options)
-    shown = str(location) if filesystem is None and isinstance(location, str) else _display(fs, root)
+    shown = _display(fs, root)
     problems: list[ReadProblem] = []
 
     def empty(has_commit_log: bool = False) -> Checkpoint:
@@ -532,7 +535,7 @@ def read_checkpoint(location: Any, *, filesystem: Any = None,
 
     offsets: dict[int, OffsetsEntry] = {}
     commits: dict[int, CommitEntry] = {}
-    for log_name, parse, into in (("offsets", parse_offsets, offsets), ("commits", parse_commit, commits)):
+    for log_name, parse, into in (("offsets", _parse_offsets, offsets), ("commits", _parse_commit, commits)):
         for batch_id, path in sorted(folders[log_name].items()):
             file = _display(fs, path)
             raw = content(path)

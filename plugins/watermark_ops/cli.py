@@ -19,10 +19,12 @@ in-flight batch. Exit 2 when the checkpoint or its head cannot be read, else 0.
 
 Adding a subcommand (later issues)
 ----------------------------------
-Subcommands live in a small registry: :func:`register` a :class:`Subcommand` (registering an
-existing name replaces it, e.g. to extend ``status``), from a module listed in
-:data:`COMMAND_MODULES`, which :func:`build_parser` imports. :func:`status_payload` and
-:func:`render_report` are there to reuse.
+Subcommands live in a small registry: a module listed in :data:`COMMAND_MODULES` calls
+:func:`register` with a :class:`Subcommand` when imported (:func:`build_parser` imports them).
+Registering an existing name replaces it: to extend ``status``, register a ``status`` whose
+arguments are :func:`status_arguments` plus its own and whose run reuses :func:`status_payload`,
+:func:`render_status` and :func:`status_exit_code`. :func:`render_report` and :func:`report_text`
+draw the audit table.
 """
 
 from __future__ import annotations
@@ -46,7 +48,10 @@ __all__ = [
     "main",
     "register",
     "render_report",
+    "render_status",
     "report_text",
+    "status_arguments",
+    "status_exit_code",
     "status_payload",
 ]
 
@@ -71,8 +76,9 @@ class Subcommand:
 
 _REGISTRY: dict[str, Subcommand] = {}
 
-#: Modules imported by :func:`build_parser` so that their :func:`register` calls run.
-COMMAND_MODULES: list[str] = ["watermark_ops.lateness"]
+#: Modules imported by :func:`build_parser` so that their :func:`register` calls run; a module
+#: that is not there (yet) is skipped.
+COMMAND_MODULES: list[str] = ["watermark_ops.lateness", "watermark_ops.stall"]
 
 
 def register(command: Subcommand) -> Subcommand:
@@ -84,7 +90,11 @@ def register(command: Subcommand) -> Subcommand:
 def build_parser() -> argparse.ArgumentParser:
     """The ``watermark-ops`` parser with every registered subcommand."""
     for module in COMMAND_MODULES:
-        importlib.import_module(module)
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:  # the module is there but something it imports is not
+                raise
     parser = argparse.ArgumentParser(
         prog="watermark-ops",
         description="Audit and watch the watermark of Spark Structured Streaming checkpoints (no JVM needed).",
@@ -276,21 +286,23 @@ def status_payload(checkpoint: Checkpoint) -> dict[str, Any]:
     }
 
 
-def _status_arguments(parser: argparse.ArgumentParser) -> None:
+def status_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``watermark-ops status``: ``CHECKPOINT [--json]``."""
     parser.add_argument("checkpoint", help="checkpoint folder: local path or fsspec URL")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
-def _status(args: argparse.Namespace) -> int:
-    checkpoint = read_checkpoint(args.checkpoint)
-    payload = status_payload(checkpoint)
-    unreadable = payload["head_batch_id"] is not None and payload["watermark_ms"] is None
+def status_exit_code(checkpoint: Checkpoint, payload: dict[str, Any]) -> int:
+    """2 when the checkpoint cannot be read (missing, not a checkpoint, unlistable) or its head's
+    watermark is unknown (head files unreadable), else 0."""
+    unreadable_head = payload["head_batch_id"] is not None and payload["watermark_ms"] is None
     missing = any(p.kind in ("checkpoint_missing", "not_a_checkpoint", "unreadable") and p.batch_id is None
                   for p in checkpoint.problems)
-    code = 2 if unreadable or missing else 0
-    if args.json:
-        print(json.dumps(payload))
-        return code
+    return 2 if unreadable_head or missing else 0
+
+
+def render_status(checkpoint: Checkpoint, payload: dict[str, Any], console) -> None:
+    """Print :func:`status_payload`'s head as a two-column table, then the read problems."""
     from rich.markup import escape
     from rich.table import Table
 
@@ -307,12 +319,20 @@ def _status(args: argparse.Namespace) -> int:
         ("latest batch time", payload["latest_batch_time"] or "none"),
     ):
         table.add_row(label, escape(value))
-    console = _console()
     console.print(table)
     for problem in checkpoint.problems:
         console.print(f"[yellow]{problem.kind}[/] {escape(problem.file)}: {escape(problem.message)}")
-    return code
+
+
+def _status(args: argparse.Namespace) -> int:
+    checkpoint = read_checkpoint(args.checkpoint)
+    payload = status_payload(checkpoint)
+    if args.json:
+        print(json.dumps(payload))
+    else:
+        render_status(checkpoint, payload, _console())
+    return status_exit_code(checkpoint, payload)
 
 
 register(Subcommand("status", "show a checkpoint's head: query id, head batch, watermark, in-flight batch",
-                    _status_arguments, _status))
+                    status_arguments, _status))

@@ -7,17 +7,19 @@ import json
 import shutil
 from pathlib import Path
 
-import pytest
-
 from tests.watermark_ops import checkpoint_fixtures as cf
-from watermark_ops.audit import RULES, BatchRecord, audit_checkpoint, iso_utc, run_audit
 from watermark_ops.audit import (
+    RULES,
+    BatchRecord,
+    audit_checkpoint,
     commit_offset_mismatch,
     commit_without_offsets,
     conf_changed,
     in_flight_batch,
+    iso_utc,
     memory_rules,
     missing_batch,
+    run_audit,
     watermark_regressed,
 )
 from watermark_ops.checkpoint import read_checkpoint

@@ -143,3 +143,8 @@ def test_console_script_and_python_m(history):
                                capture_output=True, text=True)
     assert by_script.returncode == 0 and json.loads(by_script.stdout)["head_batch_id"] == 6
     assert by_module.returncode == 0 and json.loads(by_module.stdout)["status"] == "ok"
+
+
+def test_a_listed_command_module_that_is_not_there_is_skipped(monkeypatch, capsys):
+    monkeypatch.setattr(cli, "COMMAND_MODULES", [*cli.COMMAND_MODULES, "watermark_ops.not_written_yet"])
+    assert "audit" in cli.build_parser().format_help()

@@ -7,7 +7,6 @@ local DAG bundle: ``dag.test()`` runs only DAGs that a bundle serialized.
 from __future__ import annotations
 
 import json
-import shutil
 import textwrap
 
 import pytest
