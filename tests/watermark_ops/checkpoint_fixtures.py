@@ -13,6 +13,7 @@ They are written through fsspec so that the same helpers serve the local and ``m
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
@@ -132,6 +133,7 @@ def built(name: str, builder: Callable[[Path], Any]) -> Any:
     if name not in _BUILT:
         if not _BUILD_ROOT:
             _BUILD_ROOT.append(Path(tempfile.mkdtemp(prefix="watermark-ops-checkpoints-")))
+            atexit.register(shutil.rmtree, _BUILD_ROOT[0], True)
         folder = _BUILD_ROOT[0] / name
         folder.mkdir()
         _BUILT[name] = builder(folder)
