@@ -18,6 +18,7 @@ import pendulum
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import CronDataIntervalTimetable, Param, dag, task
 
+from watermark_ops.operators import WatermarkAuditOperator
 from watermark_ops.settings import SPARK_JOBS_DIR, job_locations, spark_submit_env
 
 JOB = "flight_weather"
@@ -95,7 +96,10 @@ def flight_weather():
         )
         return report
 
-    [land_flights(), land_weather()] >> run_job >> collect_progress()
+    # Audited after every run, like flights_pipeline (the policy drift shows as conf_changed).
+    audit = WatermarkAuditOperator(task_id="audit_checkpoint", checkpoint=LOCATIONS["checkpoint"])
+
+    [land_flights(), land_weather()] >> run_job >> [collect_progress(), audit]
 
 
 flight_weather()

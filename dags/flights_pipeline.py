@@ -2,7 +2,7 @@
 
 land (the flights that landed in the interval) → flight_windows (spark-submit, Trigger.AvailableNow,
 a restart of the same query from its checkpoint) → collect_progress (this run's micro-batches and
-last watermark to XCom).
+last watermark to XCom) + audit_checkpoint (the watermark never went backwards).
 
 ``max_active_runs=1``: two runs of one query on one checkpoint corrupt it. Daily intervals are
 America/New_York midnights (pendulum), so 2013-03-10 is a 23-hour interval and 2013-11-03 a
@@ -20,6 +20,7 @@ import pendulum
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import CronDataIntervalTimetable, Param, dag, task
 
+from watermark_ops.operators import WatermarkAuditOperator
 from watermark_ops.settings import SPARK_JOBS_DIR, job_locations, spark_submit_env
 
 JOB = "flight_windows"
@@ -81,7 +82,11 @@ def flights_pipeline():
 
         return run_report(LOCATIONS["checkpoint"], run_id)
 
-    land() >> run_job >> collect_progress()
+    # Prove the watermark never went backwards, this run included; the audit's memory (the head it
+    # saw last time) lives in Airflow's asset state store, so it survives Spark's log purging.
+    audit = WatermarkAuditOperator(task_id="audit_checkpoint", checkpoint=LOCATIONS["checkpoint"])
+
+    land() >> run_job >> [collect_progress(), audit]
 
 
 flights_pipeline()

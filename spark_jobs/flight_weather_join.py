@@ -78,6 +78,7 @@ from streaming_common import (  # noqa: E402
     ProgressRecorder,
     apply_spark_trigger,
     build_session,
+    exit_process,
     exit_with_launcher,
     progress_log_path,
 )
@@ -391,4 +392,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

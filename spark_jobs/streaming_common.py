@@ -39,6 +39,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import threading
 import time
 import warnings
@@ -265,11 +266,28 @@ def exit_with_launcher(poll_seconds: float = 1.0) -> bool:
         while True:
             time.sleep(poll_seconds)
             if os.getppid() != parent:
-                log.error("the spark-submit JVM (pid %s) is gone: stopping this driver", parent)
+                # No logging here: a logging lock may be held by a thread that will never run again.
+                os.write(2, f"spark-submit JVM (pid {parent}) is gone: stopping this driver\n".encode())
                 os._exit(143)
 
     threading.Thread(target=watch, name="exit-with-launcher", daemon=True).start()
     return True
+
+
+def exit_process(code: int) -> None:
+    """Flush stdout/stderr and end the driver process now with ``code``, skipping interpreter
+    finalization.
+
+    After the spark-submit JVM died, normal finalization deadlocked here: py4j's ``__del__`` logs,
+    and the logging lock was held by a daemon thread that finalization had frozen. Everything the
+    job writes (sinks, checkpoint, progress log) is closed before this is called.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 def progress_log_path(checkpoint: str) -> str:

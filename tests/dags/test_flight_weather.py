@@ -43,3 +43,5 @@ def test_one_dag_run_end_to_end(airflow_db):
     lateness = xcoms[("collect_progress", "lateness")]
     assert len(lateness["inputs"]) == 2
     assert xcoms[("collect_progress", "drop_rate")] is not None
+    audit = xcoms[("audit_checkpoint", "return_value")]
+    assert audit["status"] == "ok" and audit["watermark_ms"] == offsets["batchWatermarkMs"]

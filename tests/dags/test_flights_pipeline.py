@@ -42,6 +42,7 @@ def test_pipeline_shape():
     assert dag.max_active_runs == 1
     assert dag.get_task("flight_windows").upstream_task_ids == {"land"}
     assert "flight_windows" in dag.get_task("collect_progress").upstream_task_ids
+    assert dag.get_task("audit_checkpoint").upstream_task_ids == {"flight_windows"}
     spark = dag.get_task("flight_windows")
     assert spark.retries == 2 and spark.execution_timeout.total_seconds() == 1800
     assert "{{ run_id }}" in spark.application_args
@@ -81,6 +82,9 @@ def test_one_dag_run_end_to_end(airflow_db):
     assert xcoms[("collect_progress", "last_watermark")] == pendulum.from_timestamp(
         offsets_1["batchWatermarkMs"] / 1000).format("YYYY-MM-DDTHH:mm:ss[Z]")
     assert xcoms[("collect_progress", "windows_emitted")] > 0
+    audit = xcoms[("audit_checkpoint", "return_value")]
+    assert audit["status"] == "ok" and audit["watermark_ms"] == offsets_1["batchWatermarkMs"]
+    assert [b["batch_id"] for b in audit["batches"]] == [0, 1]
 
 
 def test_killing_the_spark_task_kills_the_driver(tmp_path):
