@@ -78,9 +78,8 @@ from streaming_common import (  # noqa: E402
     ProgressRecorder,
     apply_spark_trigger,
     build_session,
-    exit_process,
-    exit_with_launcher,
     progress_log_path,
+    run_driver,
 )
 
 log = logging.getLogger("watermark_ops.flight_weather_join")
@@ -366,7 +365,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.captureWarnings(True)  # the Trigger.Once deprecation goes to the driver log
-    exit_with_launcher()  # a killed spark-submit (Airflow's on_kill) takes this driver with it
     args = parse_args(argv)
     config = JoinConfig(
         landing=args.landing, weather_landing=args.weather_landing, checkpoint=args.checkpoint,
@@ -392,4 +390,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    exit_process(main())
+    run_driver(main)

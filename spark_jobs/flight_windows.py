@@ -42,9 +42,8 @@ from streaming_common import (  # noqa: E402
     ProgressRecorder,
     apply_spark_trigger,
     build_session,
-    exit_process,
-    exit_with_launcher,
     progress_log_path,
+    run_driver,
 )
 
 log = logging.getLogger("watermark_ops.flight_windows")
@@ -213,7 +212,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.captureWarnings(True)  # the Trigger.Once deprecation goes to the driver log
-    exit_with_launcher()  # a killed spark-submit (Airflow's on_kill) takes this driver with it
     args = parse_args(argv)
     config = JobConfig(
         landing=args.landing, checkpoint=args.checkpoint, output=args.output,
@@ -235,4 +233,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    exit_process(main())
+    run_driver(main)

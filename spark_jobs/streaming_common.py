@@ -42,9 +42,10 @@ import os
 import sys
 import threading
 import time
+import traceback
 import warnings
 from datetime import datetime
-from typing import Any
+from typing import Any, Callable
 
 log = logging.getLogger("watermark_ops.spark")
 
@@ -285,9 +286,31 @@ def exit_process(code: int) -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
-        except (OSError, ValueError):
+        except BaseException:  # noqa: BLE001 - a closed or broken pipe must not stop the exit
             pass
     os._exit(code)
+
+
+def run_driver(main: Callable[[], int]) -> None:
+    """The entry point of every job script: ``run_driver(main)`` under ``if __name__ == "__main__"``.
+
+    Starts :func:`exit_with_launcher`, runs ``main`` (which returns the exit status), prints any
+    exception that escapes it, and always ends with :func:`exit_process`. Letting an exception
+    reach the interpreter's own exit is what hung drivers whose JVM was killed: finalization stops
+    the daemon threads (the watchdog among them) and then deadlocks in py4j's ``__del__``. Even
+    reporting can raise then (stderr is a broken pipe once the JVM is gone), hence the ``finally``.
+    """
+    exit_with_launcher()
+    code = 1
+    try:
+        code = main()
+    except BaseException:  # noqa: BLE001 - reported here, then the process ends with status 1
+        try:
+            traceback.print_exc()
+        except BaseException:  # noqa: BLE001 - stderr is a broken pipe once the JVM is gone
+            pass
+    finally:
+        exit_process(code)
 
 
 def progress_log_path(checkpoint: str) -> str:
