@@ -2,7 +2,9 @@
 
 land (the flights that landed in the interval) → flight_windows (spark-submit, Trigger.AvailableNow,
 a restart of the same query from its checkpoint) → collect_progress (this run's micro-batches and
-last watermark to XCom) + audit_checkpoint (the watermark never went backwards).
+last watermark to XCom) + audit_checkpoint (the watermark never went backwards) + windows_complete
+(the completeness gate: waits until the watermark passed the interval the run closes, then records
+it on the ``flight_windows_complete`` asset for downstream DAGs).
 
 ``max_active_runs=1``: two runs of one query on one checkpoint corrupt it. Daily intervals are
 America/New_York midnights (pendulum), so 2013-03-10 is a 23-hour interval and 2013-11-03 a
@@ -18,13 +20,18 @@ from datetime import timedelta
 
 import pendulum
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import CronDataIntervalTimetable, Param, dag, task
+from airflow.sdk import Asset, CronDataIntervalTimetable, Param, dag, task
 
+from watermark_ops.notifiers import WatermarkWebhookNotifier
 from watermark_ops.operators import WatermarkAuditOperator
+from watermark_ops.sensors import WatermarkReachedSensor
 from watermark_ops.settings import SPARK_JOBS_DIR, job_locations, spark_submit_env
 
 JOB = "flight_windows"
 LOCATIONS = job_locations(JOB)
+# Downstream DAGs schedule on this asset: each event says through which instant the hourly windows
+# in the sink are final (extra: watermark_ms, emitted_through_ms).
+FLIGHT_WINDOWS_COMPLETE = Asset(name="flight_windows_complete", uri="file://" + LOCATIONS["output"])
 
 
 @dag(
@@ -86,7 +93,26 @@ def flights_pipeline():
     # saw last time) lives in Airflow's asset state store, so it survives Spark's log purging.
     audit = WatermarkAuditOperator(task_id="audit_checkpoint", checkpoint=LOCATIONS["checkpoint"])
 
-    land() >> run_job >> [collect_progress(), audit]
+    # Completeness gate. A run's watermark ends a little before its interval's end (the newest
+    # departure that landed in it, minus the delay threshold), and max_active_runs=1 keeps the next
+    # run from moving it further: so each run closes the interval *before* it, i.e. everything up
+    # to data_interval_start (under Trigger.Once, whose windows appear one run later, one interval
+    # earlier still).
+    complete = WatermarkReachedSensor(
+        task_id="windows_complete",
+        checkpoint=LOCATIONS["checkpoint"],
+        target="{{ data_interval_start if params.spark_trigger == 'availableNow' "
+               "else data_interval_start - macros.timedelta(days=1) }}",
+        asset=FLIGHT_WINDOWS_COMPLETE,
+        mode="reschedule",
+        poke_interval=60,
+        timeout=timedelta(hours=1),
+        retries=0,
+        max_lag=None,  # a replay of 2013 lags processing time by years by construction
+        on_failure_callback=WatermarkWebhookNotifier(checkpoint=LOCATIONS["checkpoint"]),
+    )
+
+    land() >> run_job >> [collect_progress(), audit, complete]
 
 
 flights_pipeline()

@@ -43,6 +43,7 @@ def test_pipeline_shape():
     assert dag.get_task("flight_windows").upstream_task_ids == {"land"}
     assert "flight_windows" in dag.get_task("collect_progress").upstream_task_ids
     assert dag.get_task("audit_checkpoint").upstream_task_ids == {"flight_windows"}
+    assert dag.get_task("windows_complete").upstream_task_ids == {"flight_windows"}
     spark = dag.get_task("flight_windows")
     assert spark.retries == 2 and spark.execution_timeout.total_seconds() == 1800
     assert "{{ run_id }}" in spark.application_args
@@ -85,6 +86,19 @@ def test_one_dag_run_end_to_end(airflow_db):
     audit = xcoms[("audit_checkpoint", "return_value")]
     assert audit["status"] == "ok" and audit["watermark_ms"] == offsets_1["batchWatermarkMs"]
     assert [b["batch_id"] for b in audit["batches"]] == [0, 1]
+    # The completeness gate passed: the watermark is past the interval start, and the asset
+    # event tells downstream DAGs through which instant the windows are final.
+    from airflow.models.asset import AssetEvent, AssetModel
+    from sqlalchemy import select
+
+    with create_session() as session:
+        events = session.scalars(
+            select(AssetEvent).join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+            .where(AssetModel.name == "flight_windows_complete")
+        ).all()
+        extras = [e.extra for e in events]
+    assert extras and extras[-1]["watermark_ms"] == offsets_1["batchWatermarkMs"]
+    assert extras[-1]["emitted_through_ms"] >= pendulum.datetime(2013, 1, 1, tz="America/New_York").int_timestamp * 1000
 
 
 def test_killing_the_spark_task_kills_the_driver(tmp_path):
