@@ -53,6 +53,7 @@ __all__ = [
     "status_arguments",
     "status_exit_code",
     "status_payload",
+    "terminal_console",
 ]
 
 DEFAULT_LIMIT = 50
@@ -218,7 +219,7 @@ def report_text(report: AuditReport, limit: int = DEFAULT_LIMIT, width: int = 16
     return buffer.getvalue()
 
 
-def _console():
+def terminal_console():
     """A console on stdout: the terminal's width, or 160 columns when piped (logs, files)."""
     from rich.console import Console
 
@@ -248,7 +249,7 @@ def _audit(args: argparse.Namespace) -> int:
     if args.json:
         print(report.to_json())
     else:
-        render_report(report, _console(), limit=args.limit)
+        render_report(report, terminal_console(), limit=args.limit)
     return report.exit_code
 
 
@@ -330,7 +331,7 @@ def _status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(payload))
     else:
-        render_status(checkpoint, payload, _console())
+        render_status(checkpoint, payload, terminal_console())
     return status_exit_code(checkpoint, payload)
 
 

@@ -449,9 +449,9 @@ def command(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report, indent=2, sort_keys=True))
     else:
-        from watermark_ops.cli import _console
+        from watermark_ops.cli import terminal_console
 
-        render_report(report, _console())
+        render_report(report, terminal_console())
     return 0
 
 

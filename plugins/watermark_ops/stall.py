@@ -972,7 +972,7 @@ def status_command(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(payload))
     else:
-        console = cli._console()
+        console = cli.terminal_console()
         cli.render_status(checkpoint, payload, console)
         if classification is not None:
             render_classification(classification, console)
