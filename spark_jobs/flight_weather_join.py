@@ -74,13 +74,7 @@ from dataclasses import dataclass
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # streaming_common, flight_windows
 
 from flight_windows import classified_events, quarantined  # noqa: E402
-from streaming_common import (  # noqa: E402
-    ProgressRecorder,
-    apply_spark_trigger,
-    build_session,
-    progress_log_path,
-    run_driver,
-)
+from streaming_common import build_session, run_driver, run_queries  # noqa: E402
 
 log = logging.getLogger("watermark_ops.flight_weather_join")
 
@@ -301,37 +295,16 @@ def run(spark, config: JoinConfig) -> dict:
     effective = apply_watermark_policy(spark, config.checkpoint, config.watermark_policy)
     flight_events = classified_events(spark, config)
     weather_events = classified_weather(spark, config)
-    recorder = ProgressRecorder(spark, config.run_tag, config.spark_trigger)
     joined = flights_with_weather(flight_events, weather_events,
                                   config.flights_delay_threshold, config.weather_delay_threshold)
-    queries = []
-    try:
-        for name, frame, checkpoint, output in (
-            (QUERY_NAME, joined, config.checkpoint, config.output),
-            (QUARANTINE_QUERY_NAME, quarantined_both(flight_events, weather_events),
-             config.quarantine_checkpoint, config.quarantine_output),
-        ):
-            writer = (
-                frame.writeStream.queryName(name)
-                .format("parquet")
-                .outputMode("append")
-                .option("checkpointLocation", checkpoint)
-                .option("path", output)
-            )
-            query = apply_spark_trigger(writer, config.spark_trigger).start()
-            recorder.register(query, progress_log_path(checkpoint))
-            queries.append(query)
-        for query in queries:
-            query.awaitTermination()
-    finally:
-        for query in queries:
-            if query.isActive:
-                query.stop()
-            recorder.flush(query)
-        recorder.close()
+    plans = [
+        (QUERY_NAME, joined, config.checkpoint, config.output),
+        (QUARANTINE_QUERY_NAME, quarantined_both(flight_events, weather_events),
+         config.quarantine_checkpoint, config.quarantine_output),
+    ]
     result = {
-        q.name: {"query_id": str(q.id), "batches": recorder.records(q), "state_operators": _state_operators(q)}
-        for q in queries
+        query.name: {"query_id": str(query.id), "batches": records, "state_operators": _state_operators(query)}
+        for query, records in run_queries(spark, plans, config.spark_trigger, config.run_tag)
     }
     result[QUERY_NAME]["watermark_policy"] = {"requested": config.watermark_policy, "effective": effective}
     return result

@@ -38,13 +38,7 @@ from dataclasses import dataclass
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # streaming_common, in client mode
 
-from streaming_common import (  # noqa: E402
-    ProgressRecorder,
-    apply_spark_trigger,
-    build_session,
-    progress_log_path,
-    run_driver,
-)
+from streaming_common import build_session, run_driver, run_queries  # noqa: E402
 
 log = logging.getLogger("watermark_ops.flight_windows")
 
@@ -162,32 +156,14 @@ def run(spark, config: JobConfig) -> dict:
         batches and stopping the other query).
     """
     events = classified_events(spark, config)
-    recorder = ProgressRecorder(spark, config.run_tag, config.spark_trigger)
-    queries = []
-    try:
-        for name, frame, checkpoint, output in (
-            (QUERY_NAME, hourly_windows(events, config.delay_threshold), config.checkpoint, config.output),
-            (QUARANTINE_QUERY_NAME, quarantined(events), config.quarantine_checkpoint, config.quarantine_output),
-        ):
-            writer = (
-                frame.writeStream.queryName(name)
-                .format("parquet")
-                .outputMode("append")
-                .option("checkpointLocation", checkpoint)
-                .option("path", output)
-            )
-            query = apply_spark_trigger(writer, config.spark_trigger).start()
-            recorder.register(query, progress_log_path(checkpoint))
-            queries.append(query)
-        for query in queries:
-            query.awaitTermination()
-    finally:
-        for query in queries:
-            if query.isActive:
-                query.stop()
-            recorder.flush(query)
-        recorder.close()
-    return {q.name: {"query_id": str(q.id), "batches": recorder.records(q)} for q in queries}
+    plans = [
+        (QUERY_NAME, hourly_windows(events, config.delay_threshold), config.checkpoint, config.output),
+        (QUARANTINE_QUERY_NAME, quarantined(events), config.quarantine_checkpoint, config.quarantine_output),
+    ]
+    return {
+        query.name: {"query_id": str(query.id), "batches": records}
+        for query, records in run_queries(spark, plans, config.spark_trigger, config.run_tag)
+    }
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

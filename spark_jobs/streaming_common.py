@@ -247,6 +247,43 @@ class ProgressRecorder:
             self._listener = None
 
 
+def run_queries(spark, plans, spark_trigger: str, run_tag: str | None) -> list[tuple[Any, list[dict[str, Any]]]]:
+    """Run (restart) append-mode Parquet queries once with one Spark trigger, recording progress.
+
+    :param plans: ``(name, streaming DataFrame, checkpoint, output path)`` per query; each is
+        started with ``queryName(name)``, its checkpoint and sink, and its batches are appended to
+        ``<checkpoint>.progress.jsonl``.
+    :param spark_trigger: ``"availableNow"`` or ``"once"`` (see :func:`apply_spark_trigger`).
+    :param run_tag: stamped on every progress record (the DAG's run id).
+    :return: ``[(StreamingQuery, this run's progress records)]`` in the order of ``plans``.
+    :raises pyspark.errors.StreamingQueryException: when a query failed, after the other queries
+        were stopped and every finished batch was recorded.
+    """
+    recorder = ProgressRecorder(spark, run_tag, spark_trigger)
+    queries = []
+    try:
+        for name, frame, checkpoint, output in plans:
+            writer = (
+                frame.writeStream.queryName(name)
+                .format("parquet")
+                .outputMode("append")
+                .option("checkpointLocation", checkpoint)
+                .option("path", output)
+            )
+            query = apply_spark_trigger(writer, spark_trigger).start()
+            recorder.register(query, progress_log_path(checkpoint))
+            queries.append(query)
+        for query in queries:
+            query.awaitTermination()
+    finally:
+        for query in queries:
+            if query.isActive:
+                query.stop()
+            recorder.flush(query)
+        recorder.close()
+    return [(query, recorder.records(query)) for query in queries]
+
+
 def exit_with_launcher(poll_seconds: float = 1.0) -> bool:
     """Under spark-submit, end this Python driver as soon as the JVM that launched it is gone.
 

@@ -27,7 +27,7 @@ import pytest
 
 import flight_weather_join as job
 from watermark_ops.checkpoint import read_checkpoint
-from watermark_ops.lander import land_interval, write_jsonl_atomically
+from watermark_ops.lander import land_interval
 from watermark_ops.lateness import lateness_report
 from watermark_ops.weather_lander import MEASUREMENTS, land_weather_interval, weather_events
 

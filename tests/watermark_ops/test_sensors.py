@@ -168,7 +168,7 @@ def test_reached_sensor_poke_records_the_watermark_on_the_asset(airflow_db, spar
 
     checkpoint = sf.backlog_then_future_record(spark).checkpoints["lagging"]  # availableNow, 2 days of 2013
     emitted = _offsets(checkpoint)[3]["batchWatermarkMs"]  # the trailing batch ran with it
-    asset = Asset(name="flight_windows_complete", uri="watermark-ops://test/flight_windows")
+    asset = Asset(name="test_reached_sensor_asset", uri="watermark-ops://test/flight_windows")
     with DAG("consumer_of_completeness", schedule=[asset], start_date=START, catchup=False) as consumer:
         from airflow.providers.standard.operators.empty import EmptyOperator
 
