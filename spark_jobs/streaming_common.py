@@ -22,7 +22,8 @@ appended to ``<checkpoint>.progress.jsonl`` (beside the checkpoint). One line pe
      "duration_ms": {"triggerExecution": int, ...},
      "observed_metrics": {name: {metric: value}},  # Dataset.observe metrics of the batch
      "sources": [{"description": str, "start_offset": ..., "end_offset": ..., "input_rows": int}],
-     "spark_trigger": "availableNow" | "once"}
+     "spark_trigger": "availableNow" | "once",
+     "requested_conf": {key: value}}  # what this run's session asked for, of FROZEN_CONFS
 
 ``rows_dropped_by_watermark`` is Spark's own metric, counted at the stateful operator's input: for
 an aggregation that input is already partially aggregated, so it counts late *groups* (one per
@@ -48,6 +49,11 @@ from datetime import datetime
 from typing import Any, Callable
 
 log = logging.getLogger("watermark_ops.spark")
+
+# Confs that Spark freezes in the checkpoint at the first batch (offsets/N "conf") and silently
+# overrides on every restart. Each run records what its session asked for, so the audit can report
+# a request the checkpoint ignored (OffsetSeqMetadata.setSessionConf in OffsetSeq.scala).
+FROZEN_CONFS = ("spark.sql.streaming.multipleWatermarkPolicy", "spark.sql.shuffle.partitions")
 
 SPARK_TRIGGERS = ("availableNow", "once")
 
@@ -121,7 +127,8 @@ def _iso_to_ms(text: str | None) -> int | None:
     return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
 
 
-def progress_record(progress: dict[str, Any], run_tag: str | None, spark_trigger: str) -> dict[str, Any]:
+def progress_record(progress: dict[str, Any], run_tag: str | None, spark_trigger: str,
+                    requested_conf: dict[str, str] | None = None) -> dict[str, Any]:
     """Reduce one ``StreamingQueryProgress`` JSON (a dict) to the progress-log line shape above."""
     event_time = progress.get("eventTime") or {}
     operators = progress.get("stateOperators") or []
@@ -155,6 +162,7 @@ def progress_record(progress: dict[str, Any], run_tag: str | None, spark_trigger
             for s in progress.get("sources") or []
         ],
         "spark_trigger": spark_trigger,
+        "requested_conf": dict(requested_conf or {}),
     }
 
 
@@ -171,6 +179,8 @@ class ProgressRecorder:
         self._spark = spark
         self._run_tag = run_tag
         self._spark_trigger = spark_trigger
+        self._requested_conf = {key: spark.conf.get(key, None) for key in FROZEN_CONFS}
+        self._requested_conf = {k: v for k, v in self._requested_conf.items() if v is not None}
         self._logs: dict[str, str] = {}          # query id -> progress log location
         self._written: set[tuple[str, str, int]] = set()
         self._lock = threading.Lock()
@@ -220,7 +230,7 @@ class ProgressRecorder:
             if key in self._written:
                 return
             self._written.add(key)
-            record = progress_record(progress, self._run_tag, self._spark_trigger)
+            record = progress_record(progress, self._run_tag, self._spark_trigger, self._requested_conf)
             fs, fs_path = fsspec.core.url_to_fs(path)
             parent = fs._parent(fs_path)
             if parent:
@@ -236,7 +246,7 @@ class ProgressRecorder:
     def records(self, query) -> list[dict[str, Any]]:
         """This run's batches of ``query`` as progress-log records, oldest first."""
         return [
-            progress_record(json.loads(p.json), self._run_tag, self._spark_trigger)
+            progress_record(json.loads(p.json), self._run_tag, self._spark_trigger, self._requested_conf)
             for p in query.recentProgress
         ]
 

@@ -26,7 +26,11 @@ Rules (name: severity, what):
 * ``in_flight_batch`` (info): the head has offsets but no commit: running now, or its driver died;
   the next start re-runs it with its own offsets.
 * ``conf_changed`` (warning): a recorded conf differs from the previous batch's (Spark freezes
-  them at the first batch, so a change means the checkpoint was edited or mixed).
+  them at the first batch, so a change means the checkpoint was edited or mixed); or a run asked
+  for a frozen conf (e.g. another ``spark.sql.streaming.multipleWatermarkPolicy``) that the
+  checkpoint overrode: the job's progress log beside the checkpoint records each run's
+  ``requested_conf``, while Spark writes the frozen value into every new offsets file
+  (``OffsetSeqMetadata.setSessionConf``), so the offsets alone never show that drift.
 * ``checkpoint_reset`` (error, memory): the query id changed: the checkpoint was replaced and the
   watermark restarted from 0.
 * ``rewound`` (error, memory): the head batch id is below the remembered one (log files deleted,
@@ -314,6 +318,34 @@ def conf_changed(records: Sequence[BatchRecord]) -> list[Finding]:
     return findings
 
 
+def conf_requested_but_frozen(records: Sequence[BatchRecord], progress_records: Iterable[dict[str, Any]],
+                              progress_file: str | None, query_id: str | None) -> list[Finding]:
+    """``conf_changed`` for runs whose requested conf the checkpoint overrode (one per run and key).
+
+    :param progress_records: the job's progress-log records (``batch_id``, ``run_id``,
+        ``query_id``, ``requested_conf``; see ``spark_jobs/streaming_common.py``).
+    :param progress_file: the progress log's location, named in the findings.
+    :param query_id: the checkpoint's query id; records of other queries are ignored.
+    """
+    by_id = {r.batch_id: r for r in records if r.conf}
+    findings, seen = [], set()
+    for progress in progress_records:
+        record = by_id.get(progress.get("batch_id"))
+        requested = progress.get("requested_conf") or {}
+        if record is None or (query_id and progress.get("query_id") != query_id):
+            continue
+        for key in sorted(set(requested) & set(record.conf)):
+            if str(requested[key]) != str(record.conf[key]) and (progress.get("run_id"), key) not in seen:
+                seen.add((progress.get("run_id"), key))
+                findings.append(_finding(
+                    "conf_changed", record.batch_id, progress_file,
+                    f"the run starting at batch {record.batch_id} asked for {key}={requested[key]!r}, but the "
+                    f"checkpoint keeps {record.conf[key]!r} (offsets/{record.batch_id}): Spark froze it at the "
+                    f"first batch and ignored the new value",
+                ))
+    return findings
+
+
 def memory_rules(records: Sequence[BatchRecord], remembered: RememberedHead | None, *, query_id: str | None,
                  head_batch_id: int | None, location: str) -> list[Finding]:
     """``checkpoint_reset``, ``rewound`` and ``watermark_regressed`` against the remembered head."""
@@ -438,11 +470,12 @@ class AuditReport:
 
 
 def audit_checkpoint(checkpoint: Checkpoint, remembered: RememberedHead | None = None,
-                     now_ms: int | None = None) -> AuditReport:
+                     now_ms: int | None = None, progress: Any = None) -> AuditReport:
     """Apply every rule to a checkpoint read by :func:`watermark_ops.checkpoint.read_checkpoint`.
 
     :param remembered: the head remembered by the previous audit of this checkpoint, or None.
     :param now_ms: the audit instant (epoch ms UTC), default now.
+    :param progress: the job's progress log (:class:`watermark_ops.progress.ProgressLog`), or None.
     """
     records = tuple(BatchRecord.from_batch(b) for b in checkpoint.batches)
     location = checkpoint.location
@@ -455,6 +488,8 @@ def audit_checkpoint(checkpoint: Checkpoint, remembered: RememberedHead | None =
         *commit_without_offsets(records),
         *missing_batch(records, location, checkpoint.has_commit_log),
         *conf_changed(records),
+        *(conf_requested_but_frozen(records, progress.records, progress.location, checkpoint.query_id)
+          if progress is not None else []),
         *in_flight_batch(records, checkpoint.has_commit_log),
     ]
     order = {ERROR: 0, WARNING: 1, INFO: 2}
@@ -475,6 +510,19 @@ def audit_checkpoint(checkpoint: Checkpoint, remembered: RememberedHead | None =
     )
 
 
+def _progress_beside(location: str, storage_options: dict[str, Any] | None) -> Any:
+    """The job's progress log beside the checkpoint (``<checkpoint>.progress.jsonl``), if readable."""
+    from watermark_ops.progress import read_progress_log
+    from watermark_ops.settings import progress_log_path
+
+    if storage_options:  # read_progress_log knows no storage options: leave the drift check out
+        return None
+    try:
+        return read_progress_log(progress_log_path(location))
+    except (OSError, ValueError, ImportError):
+        return None
+
+
 def run_audit(location: Any, memory: AuditMemory | None = None, *, storage_options: dict[str, Any] | None = None,
               now_ms: int | None = None) -> AuditReport:
     """Read the checkpoint, audit it against the remembered head, then remember the new head.
@@ -492,7 +540,8 @@ def run_audit(location: Any, memory: AuditMemory | None = None, *, storage_optio
     key = str(location)
     remembered = memory.load(key) if memory is not None else None
     checkpoint = read_checkpoint(location, storage_options=storage_options)
-    report = audit_checkpoint(checkpoint, remembered, now_ms=now_ms)
+    progress = _progress_beside(checkpoint.location, storage_options)
+    report = audit_checkpoint(checkpoint, remembered, now_ms=now_ms, progress=progress)
     head = report.head()
     if memory is not None and head is not None:
         memory.save(key, head)

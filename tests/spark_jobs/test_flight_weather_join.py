@@ -26,6 +26,7 @@ import pendulum
 import pytest
 
 import flight_weather_join as job
+from watermark_ops.audit import run_audit
 from watermark_ops.checkpoint import read_checkpoint
 from watermark_ops.lander import land_interval
 from watermark_ops.lateness import lateness_report
@@ -339,6 +340,14 @@ def test_restart_with_the_other_policy_keeps_the_checkpoints(spark, staged, poli
     assert checkpoint.next_watermark_ms == under_min["next_wm"] != under_max
     (data_batch,) = _data_batches(result)
     assert data_batch["rows_dropped_by_watermark"] == under_min["late_flights"] + under_min["late_weather"]
+    # The audit reports the drift: this run asked for max (its progress records say so) while the
+    # checkpoint kept min in every offsets file it wrote.
+    report = run_audit(config.checkpoint)
+    drift = [f for f in report.findings if f.rule == "conf_changed"]
+    assert len(drift) == 1 and drift[0].severity == "warning" and drift[0].batch_id == head_before + 1
+    assert "multipleWatermarkPolicy='max'" in drift[0].message and "'min'" in drift[0].message
+    assert drift[0].file.endswith(".progress.jsonl")
+    assert report.status == "ok"  # a warning, not a violation
 
 
 def test_checkpoint_watermark_policy_reads_the_latest_offsets_file(tmp_path):

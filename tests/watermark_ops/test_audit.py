@@ -108,6 +108,23 @@ def test_in_flight_head_is_info_with_the_watermark_of_the_rerun():
     assert in_flight_batch(chain((0, 5000), (5000, None)), has_commit_log=False) == []
 
 
+def test_a_requested_conf_the_checkpoint_overrode_is_conf_changed():
+    from watermark_ops.audit import conf_requested_but_frozen
+
+    policy = "spark.sql.streaming.multipleWatermarkPolicy"
+    records = [BatchRecord(batch_id=b, watermark_ms=0, timestamp_ms=0, next_watermark_ms=0, committed=True,
+                           has_offsets=True, conf={policy: "min"}, offsets_file=f"cp/offsets/{b}") for b in (4, 5)]
+    progress = [
+        {"batch_id": 4, "run_id": "r2", "query_id": "q", "requested_conf": {policy: "max"}},
+        {"batch_id": 5, "run_id": "r2", "query_id": "q", "requested_conf": {policy: "max"}},
+        {"batch_id": 5, "run_id": "r3", "query_id": "other", "requested_conf": {policy: "max"}},
+        {"batch_id": 5, "run_id": "r4", "query_id": "q", "requested_conf": {policy: "min"}},
+    ]
+    (finding,) = conf_requested_but_frozen(records, progress, "cp.progress.jsonl", "q")
+    assert (finding.rule, finding.severity, finding.batch_id, finding.file) == (
+        "conf_changed", "warning", 4, "cp.progress.jsonl")
+
+
 def test_conf_changed_is_a_warning_per_change():
     records = chain((0, 1), (1, 2), (2, 3), conf={"spark.sql.shuffle.partitions": "2", "a": "1"})
     records[1] = BatchRecord(1, 1, 0, 2, True, conf={"spark.sql.shuffle.partitions": "2", "a": "1"})
