@@ -45,8 +45,13 @@ def spark():
     Each streaming query started on it with an existing checkpoint is a real restart of that
     query, exactly as a new driver would do, without paying the JVM start each time.
     """
+    import logging
+
     from streaming_common import build_session
 
+    # py4j logs connection closes at INFO from __del__, after pytest has closed its streams:
+    # the "--- Logging error ---" noise would otherwise follow pytest's closing summary line.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     session = build_session("watermark-ops-tests", master="local[2]", shuffle_partitions=2)
     yield session
     session.stop()
