@@ -132,7 +132,9 @@ def main(argv: list[str] | None = None) -> int:
         "* Spark's numRowsDroppedByWatermark: counted after partial aggregation, i.e. late "
         "(window, airport, partition) groups rather than single flights.\n"
         f"Checkpoint: {locations['checkpoint']}   windows: {locations['output']}   "
-        f"total {time.monotonic() - started:.0f} s"
+        f"total {time.monotonic() - started:.0f} s\n"
+        f"Each run was audited (task audit_checkpoint); audit it yourself with\n"
+        f"  {Path(sys.executable).parent / 'watermark-ops'} audit {locations['checkpoint']}"
     )
     return 0
 
