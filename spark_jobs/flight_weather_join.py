@@ -74,7 +74,7 @@ from dataclasses import dataclass
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # streaming_common, flight_windows
 
 from flight_windows import classified_events, quarantined  # noqa: E402
-from streaming_common import build_session, run_driver, run_queries  # noqa: E402
+from streaming_common import add_run_arguments, execute, run_driver, run_queries  # noqa: E402
 
 log = logging.getLogger("watermark_ops.flight_weather_join")
 
@@ -325,19 +325,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--watermark-policy", choices=WATERMARK_POLICIES, default="min",
                         help="multipleWatermarkPolicy for a NEW checkpoint (default min); an existing "
                              "checkpoint keeps its own and a WARNING says so")
-    parser.add_argument("--trigger", dest="spark_trigger", choices=["availableNow", "once"], default="availableNow",
-                        help="Spark trigger: availableNow (default) or the deprecated once")
-    parser.add_argument("--run-tag", help="stamped on every progress record (the DAG passes its run id)")
-    parser.add_argument("--max-files-per-trigger", type=int)
-    parser.add_argument("--master", help="Spark master when not launched by spark-submit (e.g. local[2])")
-    parser.add_argument("--shuffle-partitions", type=int,
-                        help="spark.sql.shuffle.partitions (default: 2 per local core; frozen in the checkpoint)")
+    add_run_arguments(parser)
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.captureWarnings(True)  # the Trigger.Once deprecation goes to the driver log
     args = parse_args(argv)
     config = JoinConfig(
         landing=args.landing, weather_landing=args.weather_landing, checkpoint=args.checkpoint,
@@ -347,16 +339,9 @@ def main(argv: list[str] | None = None) -> int:
         weather_delay_threshold=args.weather_delay_threshold, watermark_policy=args.watermark_policy,
         spark_trigger=args.spark_trigger, run_tag=args.run_tag, max_files_per_trigger=args.max_files_per_trigger,
     )
-    spark = build_session(QUERY_NAME, master=args.master, shuffle_partitions=args.shuffle_partitions)
-    try:
-        result = run(spark, config)
-    except Exception as exc:  # the query's exception, then a non-zero exit
-        log.error("streaming query failed: %s", exc)
-        return 1
-    finally:
-        spark.stop()
-    for name, info in result.items():
-        log.info("%s (query %s): %d micro-batches this run", name, info["query_id"], len(info["batches"]))
+    code, result = execute(QUERY_NAME, args, lambda spark: run(spark, config))
+    if code:
+        return code
     policy = result[QUERY_NAME]["watermark_policy"]
     log.info("watermark policy: %s (requested %s)", policy["effective"], policy["requested"])
     return 0

@@ -31,16 +31,13 @@ Exit status: 0 when both queries finished, 1 with the query's exception when one
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from dataclasses import dataclass
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # streaming_common, in client mode
 
-from streaming_common import build_session, run_driver, run_queries  # noqa: E402
-
-log = logging.getLogger("watermark_ops.flight_windows")
+from streaming_common import add_run_arguments, execute, run_driver, run_queries  # noqa: E402
 
 QUERY_NAME = "flight_windows"
 QUARANTINE_QUERY_NAME = "flight_windows_quarantine"
@@ -175,19 +172,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--quarantine-checkpoint", help="default <checkpoint>_quarantine")
     parser.add_argument("--delay-threshold", default=DEFAULT_DELAY_THRESHOLD,
                         help=f"watermark delay threshold, a Spark interval (default {DEFAULT_DELAY_THRESHOLD!r})")
-    parser.add_argument("--trigger", dest="spark_trigger", choices=["availableNow", "once"], default="availableNow",
-                        help="Spark trigger: availableNow (default) or the deprecated once")
-    parser.add_argument("--run-tag", help="stamped on every progress record (the DAG passes its run id)")
-    parser.add_argument("--max-files-per-trigger", type=int)
-    parser.add_argument("--master", help="Spark master when not launched by spark-submit (e.g. local[2])")
-    parser.add_argument("--shuffle-partitions", type=int,
-                        help="spark.sql.shuffle.partitions (default: 2 per local core; frozen in the checkpoint)")
+    add_run_arguments(parser)
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.captureWarnings(True)  # the Trigger.Once deprecation goes to the driver log
     args = parse_args(argv)
     config = JobConfig(
         landing=args.landing, checkpoint=args.checkpoint, output=args.output,
@@ -195,17 +184,8 @@ def main(argv: list[str] | None = None) -> int:
         delay_threshold=args.delay_threshold, spark_trigger=args.spark_trigger, run_tag=args.run_tag,
         max_files_per_trigger=args.max_files_per_trigger,
     )
-    spark = build_session(QUERY_NAME, master=args.master, shuffle_partitions=args.shuffle_partitions)
-    try:
-        result = run(spark, config)
-    except Exception as exc:  # the query's exception, then a non-zero exit
-        log.error("streaming query failed: %s", exc)
-        return 1
-    finally:
-        spark.stop()
-    for name, info in result.items():
-        log.info("%s (query %s): %d micro-batches this run", name, info["query_id"], len(info["batches"]))
-    return 0
+    code, _ = execute(QUERY_NAME, args, lambda spark: run(spark, config))
+    return code
 
 
 if __name__ == "__main__":

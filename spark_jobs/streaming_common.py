@@ -338,15 +338,48 @@ def exit_process(code: int) -> None:
     os._exit(code)
 
 
+def add_run_arguments(parser) -> None:
+    """The command-line flags every job shares: ``--trigger`` (dest ``spark_trigger``),
+    ``--run-tag``, ``--max-files-per-trigger``, ``--master``, ``--shuffle-partitions``."""
+    parser.add_argument("--trigger", dest="spark_trigger", choices=list(SPARK_TRIGGERS), default="availableNow",
+                        help="Spark trigger: availableNow (default) or the deprecated once")
+    parser.add_argument("--run-tag", help="stamped on every progress record (the DAG passes its run id)")
+    parser.add_argument("--max-files-per-trigger", type=int)
+    parser.add_argument("--master", help="Spark master when not launched by spark-submit (e.g. local[2])")
+    parser.add_argument("--shuffle-partitions", type=int,
+                        help="spark.sql.shuffle.partitions (default: 2 per local core; frozen in the checkpoint)")
+
+
+def execute(app_name: str, args, run: Callable[[Any], dict]) -> tuple[int, dict | None]:
+    """Build the session from the shared flags, call ``run(spark)``, stop the session.
+
+    :param run: returns ``{query name: {"query_id", "batches", ...}}`` (logged per query).
+    :return: ``(0, result)``, or ``(1, None)`` after logging the query's exception.
+    """
+    spark = build_session(app_name, master=args.master, shuffle_partitions=args.shuffle_partitions)
+    try:
+        result = run(spark)
+    except Exception as exc:  # the query's exception, then a non-zero exit
+        log.error("streaming query failed: %s", exc)
+        return 1, None
+    finally:
+        spark.stop()
+    for name, info in result.items():
+        log.info("%s (query %s): %d micro-batches this run", name, info["query_id"], len(info["batches"]))
+    return 0, result
+
+
 def run_driver(main: Callable[[], int]) -> None:
     """The entry point of every job script: ``run_driver(main)`` under ``if __name__ == "__main__"``.
 
-    Starts :func:`exit_with_launcher`, runs ``main`` (which returns the exit status), prints any
+    Sets up the driver's logging, starts :func:`exit_with_launcher`, runs ``main`` (which returns the exit status), prints any
     exception that escapes it, and always ends with :func:`exit_process`. Letting an exception
     reach the interpreter's own exit is what hung drivers whose JVM was killed: finalization stops
     the daemon threads (the watchdog among them) and then deadlocks in py4j's ``__del__``. Even
     reporting can raise then (stderr is a broken pipe once the JVM is gone), hence the ``finally``.
     """
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.captureWarnings(True)  # the Trigger.Once deprecation goes to the driver log
     exit_with_launcher()
     code = 1
     try:
