@@ -74,7 +74,13 @@ from dataclasses import dataclass
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # streaming_common, flight_windows
 
 from flight_windows import classified_events, quarantined  # noqa: E402
-from streaming_common import add_run_arguments, execute, run_driver, run_queries  # noqa: E402
+from streaming_common import (  # noqa: E402
+    add_run_arguments,
+    classified_json_stream,
+    execute,
+    run_driver,
+    run_queries,
+)
 
 log = logging.getLogger("watermark_ops.flight_weather_join")
 
@@ -197,25 +203,11 @@ def classified_weather(spark, config: JoinConfig):
     """The weather landing folder as a stream with ``event_time`` (timestamp) and ``reason``.
 
     ``reason`` is null for a good row, else ``malformed_record``, ``null_event_time`` or
-    ``unparseable_event_time`` (the same rules as ``flight_windows.classified_events``).
+    ``unparseable_event_time``: the rules of ``streaming_common.classified_json_stream``, shared
+    with ``flight_windows.classified_events``.
     """
-    from pyspark.sql import functions as F
-
-    reader = (
-        spark.readStream.schema(WEATHER_SCHEMA_DDL)
-        .option("mode", "PERMISSIVE")
-        .option("columnNameOfCorruptRecord", "_corrupt_record")
-    )
-    if config.max_files_per_trigger:
-        reader = reader.option("maxFilesPerTrigger", config.max_files_per_trigger)
-    raw = reader.json(config.weather_landing)
-    event_time = F.expr("try_to_timestamp(time_hour)")
-    reason = (
-        F.when(F.col("_corrupt_record").isNotNull(), F.lit("malformed_record"))
-        .when(F.col("time_hour").isNull(), F.lit("null_event_time"))
-        .when(event_time.isNull(), F.lit("unparseable_event_time"))
-    )
-    return raw.withColumn("event_time", event_time).withColumn("reason", reason)
+    return classified_json_stream(spark, config.weather_landing, WEATHER_SCHEMA_DDL, "time_hour",
+                                  config.max_files_per_trigger)
 
 
 def flights_with_weather(flight_events, weather_events, flights_delay: str, weather_delay: str):

@@ -37,7 +37,13 @@ from dataclasses import dataclass
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # streaming_common, in client mode
 
-from streaming_common import add_run_arguments, execute, run_driver, run_queries  # noqa: E402
+from streaming_common import (  # noqa: E402
+    add_run_arguments,
+    classified_json_stream,
+    execute,
+    run_driver,
+    run_queries,
+)
 
 QUERY_NAME = "flight_windows"
 QUARANTINE_QUERY_NAME = "flight_windows_quarantine"
@@ -75,26 +81,11 @@ class JobConfig:
 def classified_events(spark, config: JobConfig):
     """The landing folder as a stream of events with ``event_time`` (timestamp) and ``reason``.
 
-    ``reason`` is null for a good row, else why the row is kept aside (see module docstring).
+    ``reason`` is null for a good row, else why the row is kept aside (see module docstring):
+    the shared rules of ``streaming_common.classified_json_stream`` plus ``no_arrival``.
     """
-    from pyspark.sql import functions as F
-
-    reader = (
-        spark.readStream.schema(EVENT_SCHEMA_DDL)
-        .option("mode", "PERMISSIVE")
-        .option("columnNameOfCorruptRecord", "_corrupt_record")
-    )
-    if config.max_files_per_trigger:
-        reader = reader.option("maxFilesPerTrigger", config.max_files_per_trigger)
-    raw = reader.json(config.landing)
-    event_time = F.expr("try_to_timestamp(dep_time)")
-    reason = (
-        F.when(F.col("_corrupt_record").isNotNull(), F.lit("malformed_record"))
-        .when(F.col("dep_time").isNull(), F.lit("null_event_time"))
-        .when(event_time.isNull(), F.lit("unparseable_event_time"))
-        .when(F.col("arr_time").isNull(), F.lit("no_arrival"))
-    )
-    return raw.withColumn("event_time", event_time).withColumn("reason", reason)
+    return classified_json_stream(spark, config.landing, EVENT_SCHEMA_DDL, "dep_time",
+                                  config.max_files_per_trigger, {"no_arrival": "arr_time"})
 
 
 def hourly_windows(events, delay_threshold: str):
