@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pendulum
 
+from watermark_ops.audit import iso_utc
 from watermark_ops.progress import read_progress_log, summarize_run
 from watermark_ops.settings import REPO_ROOT, job_locations, progress_log_path, runtime_home
 
@@ -64,10 +65,6 @@ def _airflow(args: list[str], env: dict[str, str], log_file: Path) -> int:
         handle.flush()
         return subprocess.run([str(Path(sys.executable).parent / "airflow"), *args], env=env,
                               stdout=handle, stderr=subprocess.STDOUT).returncode
-
-
-def _iso(ms: int | None) -> str:
-    return "-" if ms is None else pendulum.from_timestamp(ms / 1000).format("YYYY-MM-DDTHH:mm:ss[Z]")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{start.to_date_string()} → {end.to_date_string()}{status}",
             ", ".join(map(str, run["batch_ids"])) or "none (no new input)",
             str(run["input_rows"]), str(bad["quarantined_rows"]),
-            _iso(run["last_watermark_ms"]), str(run["windows_emitted"]),
+            iso_utc(run["last_watermark_ms"]) or "-", str(run["windows_emitted"]),
             str(run["rows_dropped_by_watermark"]), f"{seconds:.0f}",
         )
         if code != 0:

@@ -110,18 +110,13 @@ def run_report(checkpoint: str, run_tag: str, quarantine_checkpoint: str | None 
         quarantine query), ``last_watermark`` (ISO-8601 UTC or None) and ``progress_log_problems``
         (lines of either log that could not be read, each naming file and line).
     """
-    from datetime import datetime, timezone
-
+    from watermark_ops.audit import iso_utc
     from watermark_ops.settings import progress_log_path
 
     main = read_progress_log(progress_log_path(checkpoint))
     quarantine = read_progress_log(progress_log_path(quarantine_checkpoint or checkpoint.rstrip("/") + "_quarantine"))
     report = summarize_run(records_of_run(main, run_tag))
     report["quarantined_rows"] = summarize_run(records_of_run(quarantine, run_tag))["quarantined_rows"]
-    watermark = report["last_watermark_ms"]
-    report["last_watermark"] = (
-        None if watermark is None
-        else datetime.fromtimestamp(watermark / 1000, tz=timezone.utc).isoformat().replace("+00:00", "Z")
-    )
+    report["last_watermark"] = iso_utc(report["last_watermark_ms"])
     report["progress_log_problems"] = main.problems + quarantine.problems
     return report
