@@ -30,7 +30,7 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	@touch $@
 
 run: venv
-	$(PY) -m watermark_ops.demo $(DATES)
+	$(PY) -m watermark_ops.examples.flights.demo $(DATES)
 
 test: venv
 	$(PY) -m pytest

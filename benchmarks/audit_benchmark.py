@@ -5,8 +5,8 @@ with the 15 confs Spark freezes, ``commits/N``, ``metadata``, and the ``.N.crc``
 local filesystem), then times, best of ``--repeat`` after one warm-up each:
 
 * ``cat``: ``xargs cat`` of the batch files and ``metadata`` to /dev/null (reading the bytes, no parsing);
-* ``read``: :func:`watermark_ops.checkpoint.read_checkpoint` (list three folders, read and parse every file);
-* ``audit``: :func:`watermark_ops.audit.run_audit` (read + every rule, no memory);
+* ``read``: :func:`watermark_ops.core.checkpoint.read_checkpoint` (list three folders, read and parse every file);
+* ``audit``: :func:`watermark_ops.core.audit.run_audit` (read + every rule, no memory);
 * ``audit+json``: the audit and its ``--json`` text.
 
 Prints the times and the ratio audit / cat. A script, not a test: timings vary with the machine.
@@ -27,8 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
 
-from watermark_ops.audit import run_audit  # noqa: E402
-from watermark_ops.checkpoint import read_checkpoint  # noqa: E402
+from watermark_ops.core.audit import run_audit  # noqa: E402
+from watermark_ops.core.checkpoint import read_checkpoint  # noqa: E402
 
 # What Spark 4.2.0 froze in offsets/N of the main job (copied from a real checkpoint).
 CONF = {

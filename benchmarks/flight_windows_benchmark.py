@@ -31,7 +31,7 @@ sys.path[:0] = [str(REPO / "plugins"), str(REPO / "spark_jobs")]
 def land_month(month: int, landing: Path) -> int:
     import pendulum
 
-    from watermark_ops.lander import land_interval
+    from watermark_ops.examples.flights.lander import land_interval
 
     start = pendulum.datetime(2013, month, 1, tz="America/New_York")
     end, rows = start.add(months=1), 0

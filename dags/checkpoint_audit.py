@@ -18,8 +18,8 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import Param, dag
 
-from watermark_ops.operators import WatermarkAuditOperator
-from watermark_ops.settings import job_locations
+from watermark_ops.airflow.operators import WatermarkAuditOperator
+from watermark_ops.examples.flights.settings import job_locations
 
 
 @dag(

@@ -18,8 +18,8 @@ import pendulum
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import CronDataIntervalTimetable, Param, dag, task
 
-from watermark_ops.operators import WatermarkAuditOperator
-from watermark_ops.settings import SPARK_JOBS_DIR, job_locations, spark_submit_env
+from watermark_ops.airflow.operators import WatermarkAuditOperator
+from watermark_ops.examples.flights.settings import SPARK_JOBS_DIR, job_locations, spark_submit_env
 
 JOB = "flight_weather"
 LOCATIONS = job_locations(JOB)
@@ -47,14 +47,14 @@ def flight_weather():
     @task
     def land_flights(data_interval_start=None, data_interval_end=None) -> dict:
         """The flights that landed in the interval (the same idempotent files flights_pipeline lands)."""
-        from watermark_ops.lander import land_interval
+        from watermark_ops.examples.flights.lander import land_interval
 
         return land_interval(data_interval_start, data_interval_end, LOCATIONS["landing"])
 
     @task
     def land_weather(data_interval_start=None, data_interval_end=None) -> dict:
         """The weather observations that reached the stream in the interval."""
-        from watermark_ops.weather_lander import land_weather_interval
+        from watermark_ops.examples.flights.weather_lander import land_weather_interval
 
         return land_weather_interval(data_interval_start, data_interval_end, LOCATIONS["weather_landing"])
 
@@ -85,11 +85,12 @@ def flight_weather():
     @task(multiple_outputs=True)
     def collect_progress(run_id=None) -> dict:
         """This run's batches and last watermark, plus its drop rate and delay-threshold advice."""
-        from watermark_ops.lateness import lateness_report
-        from watermark_ops.progress import run_report
+        from watermark_ops.core.lateness import lateness_report
+        from watermark_ops.core.progress import run_report
 
         report = run_report(LOCATIONS["checkpoint"], run_id)
-        lateness = lateness_report(LOCATIONS["checkpoint"], [LOCATIONS["landing"], LOCATIONS["weather_landing"]])
+        lateness = lateness_report(LOCATIONS["checkpoint"],
+                                   [LOCATIONS["landing"], LOCATIONS["weather_landing"]]).to_dict()
         report["lateness"] = lateness
         report["drop_rate"] = next(
             (run["drop_rate"] for run in lateness.get("runs", []) if run.get("run_tag") == run_id), None

@@ -22,10 +22,10 @@ import pendulum
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Asset, CronDataIntervalTimetable, Param, dag, task
 
-from watermark_ops.notifiers import WatermarkWebhookNotifier
-from watermark_ops.operators import WatermarkAuditOperator
-from watermark_ops.sensors import WatermarkReachedSensor
-from watermark_ops.settings import SPARK_JOBS_DIR, job_locations, spark_submit_env
+from watermark_ops.airflow.notifiers import WatermarkWebhookNotifier
+from watermark_ops.airflow.operators import WatermarkAuditOperator
+from watermark_ops.airflow.sensors import WatermarkReachedSensor
+from watermark_ops.examples.flights.settings import SPARK_JOBS_DIR, job_locations, spark_submit_env
 
 JOB = "flight_windows"
 LOCATIONS = job_locations(JOB)
@@ -56,7 +56,7 @@ def flights_pipeline():
     @task
     def land(data_interval_start=None, data_interval_end=None) -> dict:
         """Land the flights that reached the stream in the data interval (idempotent)."""
-        from watermark_ops.lander import land_interval
+        from watermark_ops.examples.flights.lander import land_interval
 
         return land_interval(data_interval_start, data_interval_end, LOCATIONS["landing"])
 
@@ -85,7 +85,7 @@ def flights_pipeline():
     @task(multiple_outputs=True)
     def collect_progress(run_id=None) -> dict:
         """This run's micro-batches (batch ids, watermarks, windows emitted, drops) and last watermark."""
-        from watermark_ops.progress import run_report
+        from watermark_ops.core.progress import run_report
 
         return run_report(LOCATIONS["checkpoint"], run_id)
 

@@ -27,8 +27,8 @@ from pathlib import Path
 import pendulum
 from airflow.sdk import AsyncCallback, CronTriggerTimetable, DeadlineAlert, DeadlineReference, dag, task
 
-from watermark_ops.notifiers import WatermarkWebhookNotifier
-from watermark_ops.sensors import WatermarkStallSensor
+from watermark_ops.airflow.notifiers import WatermarkWebhookNotifier
+from watermark_ops.airflow.sensors import WatermarkStallSensor
 
 DEFAULT_CONFIG = Path(__file__).with_name("watermark_monitor.json")
 CONFIG_ENV = "WATERMARK_OPS_MONITOR_CONFIG"
@@ -45,8 +45,8 @@ def load_checkpoints(path: str | os.PathLike) -> list[dict]:
     :raises ValueError: naming the file and the entry, for bad JSON, an unknown key, an entry
         with neither or both of ``checkpoint`` and ``job``, or a bad threshold.
     """
-    from watermark_ops.settings import job_locations
-    from watermark_ops.stall import Thresholds
+    from watermark_ops.core.thresholds import Thresholds
+    from watermark_ops.examples.flights.settings import job_locations
 
     where = str(path)
     try:

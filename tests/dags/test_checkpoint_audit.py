@@ -24,7 +24,7 @@ def dag(airflow_db):
 
 
 def test_manual_dag_with_a_checkpoint_form(dag):
-    from watermark_ops.settings import job_locations
+    from watermark_ops.examples.flights.settings import job_locations
 
     assert type(dag.timetable).__name__ == "NullTimetable"  # schedule=None: triggered by hand only
     param = dag.params.get_param("checkpoint")
@@ -46,8 +46,8 @@ def test_triggered_run_logs_the_same_table_as_the_terminal(spark, dag, tmp_path,
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
 
-    from watermark_ops.audit import run_audit
-    from watermark_ops.cli import report_text
+    from watermark_ops.core.audit import run_audit
+    from watermark_ops.render import audit_report_text
 
     checkpoint = cf.copy_checkpoint(cf.restart_history(spark).checkpoint, tmp_path / "cp")
     capfd.readouterr()
@@ -63,7 +63,7 @@ def test_triggered_run_logs_the_same_table_as_the_terminal(spark, dag, tmp_path,
         report = xcom.value if not isinstance(xcom.value, str) else json.loads(xcom.value)
     assert report["status"] == "ok" and report["location"] == str(checkpoint)
     # The table the terminal prints for the same checkpoint (same rows, same findings) is in the log.
-    terminal = report_text(run_audit(str(checkpoint)))
+    terminal = audit_report_text(run_audit(str(checkpoint)))
     table = [line for line in terminal.splitlines() if line.startswith(("┃", "│"))]
     assert len(table) == 1 + 7
     for line in table:

@@ -24,7 +24,7 @@ def _xcoms(run_id: str, dag_id: str) -> dict:
 def test_one_dag_run_end_to_end(airflow_db):
     from airflow.dag_processing.dagbag import DagBag
 
-    from watermark_ops.settings import job_locations
+    from watermark_ops.examples.flights.settings import job_locations
 
     dag = DagBag(dag_folder=str(REPO / "dags" / "flight_weather.py")).dags["flight_weather"]
     assert dag.max_active_runs == 1

@@ -62,7 +62,7 @@ def test_one_dag_run_end_to_end(airflow_db):
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
 
-    from watermark_ops.settings import job_locations
+    from watermark_ops.examples.flights.settings import job_locations
 
     dag = DagBag(dag_folder=str(DAGS / "flights_pipeline.py")).dags["flights_pipeline"]
     # A manual run of logical date D covers the daily interval that ends at D.
@@ -109,8 +109,8 @@ def test_killing_the_spark_task_kills_the_driver(tmp_path):
 
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-    from watermark_ops.lander import land_interval
-    from watermark_ops.settings import SPARK_JOBS_DIR, spark_submit_env
+    from watermark_ops.examples.flights.lander import land_interval
+    from watermark_ops.examples.flights.settings import SPARK_JOBS_DIR, spark_submit_env
 
     start = pendulum.datetime(2013, 1, 1, tz="America/New_York")
     for day in range(6):

@@ -46,7 +46,7 @@ def test_default_config_watches_the_pipeline_jobs(monkeypatch, tmp_path):
     assert flights["missing_ok"] is True and flights["max_lag"] is None and flights["max_idle"] == "PT26H"
     assert flights["stall_batches"] == 3  # from the defaults
     assert str(tmp_path / "checkpoints" / "flight_weather") in by_location
-    from watermark_ops.stall import Thresholds
+    from watermark_ops.core.thresholds import Thresholds
 
     assert Thresholds(**{k: v for k, v in flights.items() if k not in ("checkpoint", "missing_ok")}).max_idle == timedelta(hours=26)
 

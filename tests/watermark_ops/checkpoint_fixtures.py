@@ -2,7 +2,7 @@
 
 Real checkpoints come from ``spark_jobs/flight_windows.py`` (``flight_windows.run`` on the shared
 ``spark`` fixture: every run is a real restart of the query from its checkpoint) over real flights
-landed by ``watermark_ops.lander.land_interval``, one UTC hour of 2013-01-01 per run. Building them
+landed by ``watermark_ops.examples.flights.lander.land_interval``, one UTC hour of 2013-01-01 per run. Building them
 costs real Spark time, so each scenario is built once per test process (:func:`built`) and tests
 copy it (:func:`copy_checkpoint`) before touching it.
 
@@ -74,7 +74,7 @@ class JobDirs:
 
 def land_hour(dirs: JobDirs, index: int) -> dict:
     """Land the real flights of hour ``FIRST_HOUR + index`` (one JSON-lines file)."""
-    from watermark_ops.lander import land_interval
+    from watermark_ops.examples.flights.lander import land_interval
 
     start = FIRST_HOUR.add(hours=index)
     summary = land_interval(start, start.add(hours=1), str(dirs.landing))

@@ -5,7 +5,7 @@ restart of the query from its checkpoint) and both writing the progress log besi
 (``streaming_common.ProgressRecorder``):
 
 * the main job, ``spark_jobs/flight_windows.py`` over real flights of 2013 landed by
-  ``watermark_ops.lander`` (null event times, an old backlog, a future-dated record);
+  ``watermark_ops.examples.flights.lander`` (null event times, an old backlog, a future-dated record);
 * :class:`TwoInputStream`, a small purpose-built query for what the flights job cannot do: two
   JSON-lines file sources ``a`` and ``b``, each with its own ``withWatermark`` (delay 10 s),
   unioned, counted in 1-minute event-time windows (append mode, ``noop`` sink). Its event times
@@ -133,19 +133,19 @@ class FlightsJob:
 
     def land_day(self, day: int) -> dict:
         """Land the real flights that reached the stream on 2013-01-<day> (New York)."""
-        from watermark_ops.lander import land_interval
+        from watermark_ops.examples.flights.lander import land_interval
 
         start = pendulum.datetime(2013, 1, day, tz=NY)
         return land_interval(start, start.add(days=1), str(self.root / "landing"))
 
     def day_events(self, day: int) -> list[dict]:
-        from watermark_ops.lander import flight_events
+        from watermark_ops.examples.flights.lander import flight_events
 
         start = pendulum.datetime(2013, 1, day, tz=NY)
         return flight_events().events_reaching_stream(start, start.add(days=1))
 
     def land_events(self, name: str, events: list[dict]) -> dict:
-        from watermark_ops.lander import write_jsonl_atomically
+        from watermark_ops.examples.flights.lander import write_jsonl_atomically
 
         return write_jsonl_atomically(str(self.root / "landing"), name, events)
 
@@ -165,7 +165,7 @@ class FlightsJob:
 
 def copy_with_progress_log(checkpoint: str, dest: Path) -> str:
     """A private copy of a checkpoint folder and its progress log (``<checkpoint>.progress.jsonl``)."""
-    from watermark_ops.settings import progress_log_path
+    from watermark_ops.examples.flights.settings import progress_log_path
 
     dest.parent.mkdir(parents=True, exist_ok=True)
     shutil.copytree(checkpoint, dest)
@@ -394,3 +394,19 @@ def wait_for_trigger_row(classpath: str, checkpoint: str, timeout_s: float = 120
                     return True
         time.sleep(0.2)
     return False
+
+
+def log_values(checkpoint: str) -> dict[int, dict]:
+    """{batch id: {"watermark_ms", "timestamp_ms", "sources", "next_ms"}} from offsets/N and commits/N."""
+    root = Path(checkpoint)
+    out = {}
+    for path in (root / "offsets").iterdir():
+        if path.name.isdigit():
+            lines = path.read_text().splitlines()
+            meta = json.loads(lines[1])
+            out[int(path.name)] = {"watermark_ms": meta["batchWatermarkMs"], "timestamp_ms": meta["batchTimestampMs"],
+                                   "sources": lines[2:], "next_ms": None}
+    for path in (root / "commits").iterdir():
+        if path.name.isdigit():
+            out[int(path.name)]["next_ms"] = json.loads(path.read_text().splitlines()[1])["nextBatchWatermarkMs"]
+    return dict(sorted(out.items()))

@@ -1,4 +1,4 @@
-"""The terminal face: ``watermark-ops audit|status`` on real and hand-made checkpoints, exit codes, JSON."""
+"""The terminal face: ``watermark-ops audit|status|lateness`` on real and hand-made checkpoints, exit codes, JSON."""
 
 from __future__ import annotations
 
@@ -7,11 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pendulum
 import pytest
 
 from tests.watermark_ops import checkpoint_fixtures as cf
+from tests.watermark_ops import stall_fixtures as sf
+from tests.watermark_ops.lateness_fixtures import HOUR
 from watermark_ops import cli
-from watermark_ops.audit import iso_utc
+from watermark_ops.core.times import iso_utc
 
 
 @pytest.fixture(scope="module")
@@ -120,21 +123,6 @@ def test_status(capsys, history, tmp_path):
     assert code == 2
 
 
-def test_registry_lets_other_modules_add_subcommands(capsys):
-    seen = []
-    command = cli.Subcommand("echo-test", "a test subcommand", lambda p: p.add_argument("word"),
-                             lambda args: seen.append(args.word) or 3)
-    cli.register(command)
-    try:
-        assert cli.main(["echo-test", "hello"]) == 3 and seen == ["hello"]
-        assert "echo-test" in cli.build_parser().format_help()
-    finally:
-        del cli._REGISTRY["echo-test"]
-    with pytest.raises(SystemExit):
-        cli.main(["echo-test", "x"])
-    capsys.readouterr()
-
-
 def test_console_script_and_python_m(history):
     script = Path(sys.executable).parent / "watermark-ops"
     by_script = subprocess.run([str(script), "status", str(history.checkpoint), "--json"],
@@ -145,6 +133,68 @@ def test_console_script_and_python_m(history):
     assert by_module.returncode == 0 and json.loads(by_module.stdout)["status"] == "ok"
 
 
-def test_a_listed_command_module_that_is_not_there_is_skipped(monkeypatch, capsys):
-    monkeypatch.setattr(cli, "COMMAND_MODULES", [*cli.COMMAND_MODULES, "watermark_ops.not_written_yet"])
-    assert "audit" in cli.build_parser().format_help()
+def test_the_three_subcommands_and_their_help(capsys):
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["nonsense"])
+    assert exited.value.code == 2
+    assert "(choose from 'audit', 'status', 'lateness')" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["status", "--help"])
+    assert exited.value.code == 0 and "--max-lag" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------------------------
+# status: the stall classification (real checkpoints of stall_fixtures)
+
+
+def test_status_json_adds_state_and_honours_flags(spark, capsys):
+    built = sf.backlog_then_future_record(spark)
+    at = pendulum.from_timestamp(built.after_run_ms[1] / 1000, tz="UTC").isoformat()
+    assert cli.main(["status", built.checkpoints["flights"], "--json", "--at", at]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["state"] == "lagging" and payload["classification"]["alarm"] is True
+    assert payload["head_batch_id"] == 5  # the issue-3 fields are still there
+    assert payload["classification"]["evaluated_at_ms"] == built.after_run_ms[1]
+    assert cli.main(["status", built.checkpoints["flights"], "--json", "--at", at, "--max-lag", "none"]) == 0
+    assert json.loads(capsys.readouterr().out)["state"] == "advancing"
+    assert cli.main(["status", built.checkpoints["flights"], "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["state"] == "jumped"
+
+
+def test_status_prints_classification_with_evidence(spark, capsys):
+    built = sf.inputs_take_turns(spark)
+    at = pendulum.from_timestamp(built.after_run_ms[3] / 1000, tz="UTC").isoformat()
+    assert cli.main(["status", built.checkpoints["min"], "--at", at]) == 0
+    out = capsys.readouterr().out
+    assert "next batch watermark" in out  # the issue-3 table
+    assert "watermark state stalled (ALARM)" in out
+    assert "SPARK-50046" in out and "data batches since" in out
+    assert cli.main(["status", built.checkpoints["min"], "--at", at, "--stall-batches", "4"]) == 0
+    assert "watermark state advancing" in capsys.readouterr().out
+
+
+def test_status_rejects_a_bad_flag(spark, capsys):
+    built = sf.inputs_take_turns(spark)
+    assert cli.main(["status", built.checkpoints["min"], "--max-lag", "six hours"]) == 2
+    assert "max_lag" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------------
+# lateness
+
+
+def test_lateness_json_table_and_bad_input(checkpoint_with_log, capsys, tmp_path):
+    checkpoint, landing = checkpoint_with_log
+    assert cli.main(["lateness", checkpoint, "--json", "--landing", landing]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["runs"][1]["rows_dropped_by_watermark"] == 12
+    assert printed["inputs"][0]["max_lateness_ms"] == 2 * HOUR
+    assert cli.main(["lateness", checkpoint]) == 0
+    assert "Rows dropped by the watermark per run" in capsys.readouterr().out
+    assert cli.main(["lateness", checkpoint, "--landing", str(tmp_path / "nowhere")]) == 2
+    assert "no such landing folder" in capsys.readouterr().err
+    for argv in (["--help"], ["lateness", "--help"]):
+        with pytest.raises(SystemExit) as exited:
+            cli.main(argv)
+        assert exited.value.code == 0
+        assert "lateness" in capsys.readouterr().out

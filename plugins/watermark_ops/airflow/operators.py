@@ -1,0 +1,93 @@
+"""Airflow operators of watermark-ops: thin faces over the pure core.
+
+``WatermarkAuditOperator`` audits a Structured Streaming checkpoint (:mod:`watermark_ops.core.audit`)
+after a Spark run or on demand, and keeps the audit's memory (the remembered head, see
+:mod:`watermark_ops.core.memory`) in Airflow 3.3's asset state store, on an asset that is an outlet of
+the task.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from airflow.sdk import Asset, BaseOperator
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from watermark_ops.airflow.memory import AssetStateStoreMemory
+from watermark_ops.core.audit import run_audit
+from watermark_ops.core.memory import MemoryFormatError
+from watermark_ops.core.rules import ERROR, INFO, WARNING
+from watermark_ops.render import DEFAULT_LIMIT, audit_report_text
+
+#: The asset whose state store keeps the audit memory by default: one key per checkpoint
+#: location (``watermark_audit:<location>``), so every audit task and DAG that audits the same
+#: checkpoint shares one remembered head. Each successful audit also emits an event on it.
+AUDIT_MEMORY_ASSET = Asset(name="watermark_ops_audit_memory", uri="watermark-ops://audit-memory")
+
+
+class WatermarkAuditOperator(BaseOperator):
+    """Audit a Spark Structured Streaming checkpoint: prove that its watermark never moved backwards.
+
+    Reads ``offsets/`` and ``commits/`` (no JVM; any fsspec location), applies the rules of
+    :mod:`watermark_ops.core.audit` against the head remembered by the previous audit, remembers the new
+    head in the asset state store of ``memory_asset``, logs the same table as
+    ``watermark-ops audit`` and pushes the report (:meth:`AuditReport.to_dict`, the ``--json``
+    shape) to XCom as ``return_value``, also when the task then fails.
+
+    * violation (an error finding): the task fails without retries (``AirflowFailException``);
+      in soft mode it only logs the errors as warnings and succeeds;
+    * unreadable checkpoint or file (and nothing violated): the task fails with retries
+      (``AirflowException``: storage may be back on the next try); soft mode warns;
+    * warnings are logged, info findings (the in-flight batch) too.
+
+    :param checkpoint: the checkpoint folder, a local path or fsspec URL (templated).
+    :param memory_asset: the asset whose state store keeps the remembered head (added to the
+        task's outlets); default :data:`AUDIT_MEMORY_ASSET`; None audits without memory.
+    :param soft: soft mode: never fail on findings, only warn.
+    :param storage_options: fsspec storage options for the checkpoint's filesystem.
+    :param table_limit: the newest batches shown in the log table (0: all).
+    """
+
+    template_fields: Sequence[str] = ("checkpoint",)
+    ui_color = "#e8f4fd"
+
+    def __init__(self, *, checkpoint: str, memory_asset: Asset | None = AUDIT_MEMORY_ASSET, soft: bool = False,
+                 storage_options: dict[str, Any] | None = None, table_limit: int = DEFAULT_LIMIT,
+                 **kwargs: Any) -> None:
+        if memory_asset is not None:
+            outlets = list(kwargs.pop("outlets", None) or [])
+            if memory_asset not in outlets:
+                outlets.append(memory_asset)
+            kwargs["outlets"] = outlets
+        super().__init__(**kwargs)
+        self.checkpoint = checkpoint
+        self.memory_asset = memory_asset
+        self.soft = soft
+        self.storage_options = storage_options
+        self.table_limit = table_limit
+
+    def execute(self, context) -> dict[str, Any]:
+        memory = None
+        if self.memory_asset is not None:
+            memory = AssetStateStoreMemory(context["asset_state_store"][self.memory_asset])
+        try:
+            report = run_audit(self.checkpoint, memory, storage_options=self.storage_options)
+        except MemoryFormatError as exc:
+            raise AirflowFailException(f"audit memory of {self.checkpoint} is malformed: {exc}") from exc
+        self.log.info("Watermark audit of %s\n%s", self.checkpoint, audit_report_text(report, limit=self.table_limit))
+        for finding in report.by_severity(WARNING) + report.by_severity(INFO):
+            log = self.log.warning if finding.severity == WARNING else self.log.info
+            log("%s: %s (batch %s, %s): %s", finding.severity, finding.rule, finding.batch_id, finding.file,
+                finding.message)
+        result = report.to_dict()
+        if report.status == "ok":
+            return result
+        errors = "; ".join(f"{f.rule} (batch {f.batch_id}): {f.message}" for f in report.by_severity(ERROR))
+        summary = f"watermark audit of {self.checkpoint}: {report.status}: {errors}"
+        if self.soft:
+            self.log.warning("soft mode, not failing: %s", summary)
+            return result
+        context["ti"].xcom_push(key="return_value", value=result)
+        if report.status == "violation":
+            raise AirflowFailException(summary)
+        raise AirflowException(summary)

@@ -1,0 +1,283 @@
+"""Airflow sensors over a checkpoint's watermark: thin faces over :mod:`watermark_ops.core.stall`.
+
+* :class:`WatermarkStallSensor` succeeds while the watermark is healthy and fails (alerting
+  through ``on_failure_callback``, e.g. :class:`watermark_ops.airflow.notifiers.WatermarkWebhookNotifier`)
+  when it is ``stalled``, ``lagging``, ``jumped`` or idle too long.
+* :class:`WatermarkReachedSensor` waits until the watermark reaches a target instant (e.g. the end
+  of the data interval): append-mode results for the interval are then final and in the sink. It
+  records the watermark as metadata (``extra``) on an Airflow Asset, so that downstream DAGs can be
+  scheduled on completeness (``schedule=[asset]``; the event's ``extra`` carries the watermark).
+
+Both support ``mode="poke"``, ``mode="reschedule"`` and ``deferrable=True``
+(:class:`watermark_ops.airflow.triggers.WatermarkTrigger` polls in the triggerer). The three share one
+evaluation, :func:`watermark_ops.core.checks.check`, whose outcome decides: ``done`` → success;
+``wait`` → evaluate again after ``poke_interval`` until ``timeout`` runs out, then fail;
+``fail`` → fail at once (a jumped watermark never goes back); ``skip`` → skipped.
+
+Every evaluation's result is pushed to XCom as ``return_value`` (also when the task then fails):
+the classification (:meth:`watermark_ops.core.stall.Classification.to_dict`) plus ``outcome`` and
+``message``. A failure raises :class:`WatermarkAlarm` (no retries: evaluating the same files again
+gives the same answer), which carries that payload for notifiers.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any, Sequence
+
+from airflow.sdk import Asset, BaseSensorOperator, PokeReturnValue
+from airflow.sdk.configuration import conf
+from airflow.sdk.exceptions import (
+    AirflowException,
+    AirflowFailException,
+    AirflowSensorTimeout,
+    AirflowSkipException,
+)
+
+from watermark_ops.airflow.triggers import WatermarkTrigger
+from watermark_ops.core.checks import Check, check
+from watermark_ops.core.stall import StallInputError
+from watermark_ops.core.thresholds import DEFAULT_THRESHOLDS, Thresholds
+from watermark_ops.core.times import instant_ms, iso_utc
+
+__all__ = ["WatermarkAlarm", "WatermarkReachedSensor", "WatermarkStallSensor"]
+
+_D = DEFAULT_THRESHOLDS
+
+
+class WatermarkAlarm(AirflowFailException):
+    """The watermark is unhealthy (or did not reach its target): the task fails without retries.
+
+    :ivar payload: what the sensor pushed to XCom (classification, ``outcome``, ``message``);
+        :class:`watermark_ops.airflow.notifiers.WatermarkWebhookNotifier` reads it from the context's
+        ``exception``.
+    """
+
+    def __init__(self, message: str, payload: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.payload = payload or {}
+
+
+def _payload(location: str, outcome: str, message: str, classification: dict[str, Any] | None) -> dict[str, Any]:
+    base = classification or {"location": location, "state": None}
+    return {**base, "outcome": outcome, "message": message}
+
+
+class _WatermarkSensor(BaseSensorOperator):
+    """What both sensors share: thresholds, the evaluation, and how each outcome ends the task."""
+
+    template_fields: Sequence[str] = ("checkpoint",)
+    goal = "healthy"
+
+    def __init__(self, *, checkpoint: str, idle_after: Any = _D.idle_after, max_idle: Any = _D.max_idle,
+                 max_lag: Any = _D.max_lag, max_skew: Any = _D.max_skew, stall_window: Any = _D.stall_window,
+                 stall_batches: int = _D.stall_batches, missing_ok: bool = False,
+                 storage_options: dict[str, Any] | None = None,
+                 deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.checkpoint = checkpoint
+        # Validated here, at DAG parse time for static values and at mapping time for mapped ones.
+        self.thresholds = Thresholds(idle_after=idle_after, max_idle=max_idle, max_lag=max_lag, max_skew=max_skew,
+                                     stall_window=stall_window, stall_batches=stall_batches)
+        self.missing_ok = missing_ok
+        self.storage_options = storage_options
+        self.deferrable = deferrable
+        self._last: dict[str, Any] | None = None
+
+    # -- the one evaluation -------------------------------------------------------------------
+
+    def _target_ms(self) -> int | None:
+        return None
+
+    def _check(self) -> Check:
+        try:
+            return check(self.checkpoint, goal=self.goal, thresholds=self.thresholds, target_ms=self._target_ms(),
+                         missing_ok=self.missing_ok, fail_on_jumped=getattr(self, "fail_on_jumped", True),
+                         storage_options=self.storage_options)
+        except StallInputError as exc:  # a corrupt or unreadable head: storage may recover, retries apply
+            raise AirflowException(f"cannot classify the watermark of {self.checkpoint}: {exc}") from exc
+
+    def _settle(self, context: Any, outcome: str, message: str, classification: dict[str, Any] | None) -> Any:
+        """End (or continue) the task for one outcome; returns the XCom value on ``done``, None on ``wait``."""
+        payload = _payload(self.checkpoint, outcome, message, classification)
+        self._last = payload
+        if outcome == "wait":
+            self.log.info("not yet: %s", message)
+            return None
+        if outcome == "done":  # returned: pushed as return_value by the task runner
+            self.log.info("%s", message)
+            self._on_done(context, payload)
+            return payload
+        context["ti"].xcom_push(key="return_value", value=payload)
+        if outcome == "skip":
+            raise AirflowSkipException(message)
+        raise WatermarkAlarm(message, payload)
+
+    def _on_done(self, context: Any, payload: dict[str, Any]) -> None:
+        """Hook for the reached sensor (asset metadata)."""
+
+    def _waited_too_long(self, context: Any) -> WatermarkAlarm:
+        """The alarm once ``timeout`` ran out on ``wait`` (at once with ``timeout`` 0); pushes the last evaluation."""
+        last = self._last or _payload(self.checkpoint, "wait", "no evaluation", None)
+        waited = f" after waiting {self.timeout:g} s" if self.timeout > 0 else ""
+        message = f"{'unhealthy' if self.goal == 'healthy' else 'target not reached'}{waited}: {last['message']}"
+        payload = {**last, "outcome": "fail", "message": message}
+        context["ti"].xcom_push(key="return_value", value=payload)
+        return WatermarkAlarm(message, payload)
+
+    # -- poke and reschedule ------------------------------------------------------------------
+
+    def poke(self, context: Any) -> bool | PokeReturnValue:
+        result = self._check()
+        classification = result.classification.to_dict() if result.classification else None
+        if result.outcome == "wait" and self.timeout <= 0:
+            self._settle(context, "wait", result.message, classification)
+            raise self._waited_too_long(context)
+        value = self._settle(context, result.outcome, result.message, classification)
+        return PokeReturnValue(is_done=result.outcome == "done", xcom_value=value)
+
+    def execute(self, context: Any) -> Any:
+        if self.deferrable:
+            return self._execute_deferrable(context)
+        try:
+            return super().execute(context)
+        except AirflowSensorTimeout as exc:
+            raise self._waited_too_long(context) from exc
+
+    # -- deferrable ---------------------------------------------------------------------------
+
+    def _execute_deferrable(self, context: Any) -> Any:
+        result = self._check()  # decided already? then no trip through the triggerer
+        classification = result.classification.to_dict() if result.classification else None
+        if result.outcome != "wait":
+            return self._settle(context, result.outcome, result.message, classification)
+        self._settle(context, "wait", result.message, classification)
+        if self.timeout <= 0:
+            raise self._waited_too_long(context)
+        timeout = timedelta(seconds=self.timeout)
+        self.defer(
+            trigger=WatermarkTrigger(
+                checkpoint=self.checkpoint, goal=self.goal, thresholds=self.thresholds.to_dict(),
+                target_ms=self._target_ms(), missing_ok=self.missing_ok,
+                fail_on_jumped=getattr(self, "fail_on_jumped", True), poll_interval=self.poke_interval,
+                timeout=timeout, storage_options=self.storage_options,
+            ),
+            method_name="execute_complete",
+            # The trigger fires its own "timeout" event with the last classification; this
+            # deferral timeout (a plain timedelta) only bounds a trigger that never fires.
+            timeout=timeout + timedelta(seconds=self.poke_interval + 60),
+        )
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
+        """Resume after the trigger's one event (see :data:`watermark_ops.airflow.triggers.EVENT_STATUSES`)."""
+        status, message = event.get("status"), event.get("message", "")
+        if status == "error":
+            raise AirflowException(f"cannot classify the watermark of {self.checkpoint}: {message}")
+        if status == "timeout":
+            self._last = _payload(self.checkpoint, "wait", message, event.get("classification"))
+            raise self._waited_too_long(context)
+        return self._settle(context, status, message, event.get("classification"))
+
+
+class WatermarkStallSensor(_WatermarkSensor):
+    """Succeed while a checkpoint's watermark is healthy; fail when it is stalled, lagging, jumped or idle too long.
+
+    One evaluation (:func:`watermark_ops.core.checks.check`, goal ``healthy``) per poke, in ``poke``,
+    ``reschedule`` or deferrable mode: healthy (``advancing``, or ``idle`` within ``max_idle``) →
+    success, the classification and evidence in XCom; ``jumped`` → fails at once (the watermark
+    never goes back); ``stalled``, ``lagging`` or idle too long → evaluated again every
+    ``poke_interval`` while ``timeout`` lasts (a grace period for a stall to heal), then fails
+    with :class:`WatermarkAlarm`. With the default ``timeout`` of 0 the first unhealthy evaluation
+    fails the task: the right setting for a monitor DAG that runs every few minutes.
+
+    :param checkpoint: the checkpoint location, local path or fsspec URL (templated).
+    :param idle_after: no data batch for this long → idle (``timedelta``, seconds, or ISO-8601
+        duration text such as ``"PT15M"``; default 15 minutes).
+    :param max_idle: idle longer than this → alarm (default 1 day; None: never).
+    :param max_lag: latest batch time − watermark above this → lagging (default 6 hours; None: off).
+    :param max_skew: watermark ahead of the latest batch time by more → jumped (default 5 minutes; None: off).
+    :param stall_window: data batches spanning this long without a watermark move → stalled (default 1 hour).
+    :param stall_batches: this many data batches without a watermark move → stalled (default 3).
+    :param missing_ok: skip (instead of fail) when the checkpoint does not exist yet.
+    :param storage_options: fsspec storage options for the checkpoint's filesystem.
+    :param deferrable: wait in the triggerer (:class:`watermark_ops.airflow.triggers.WatermarkTrigger`);
+        default ``[operators] default_deferrable``.
+    :param timeout: grace period while unhealthy, ``timedelta`` or seconds (default 0: fail at once).
+    :param poke_interval: seconds between evaluations (default 60).
+    """
+
+    goal = "healthy"
+    ui_color = "#fdecea"
+
+    def __init__(self, *, timeout: Any = 0, **kwargs: Any) -> None:
+        super().__init__(timeout=timeout, **kwargs)
+
+
+class WatermarkReachedSensor(_WatermarkSensor):
+    """Wait until the watermark reaches a target instant; record it on an Asset for downstream DAGs.
+
+    Done when a *committed* batch ran with a watermark at or past ``target``
+    (``Classification.emitted_through_ms``): append-mode windows ending at or before the target
+    are then final and written to the sink. With ``availableNow`` that is right after the run that
+    moved the watermark (its trailing no-data batch runs with it); with ``Trigger.Once`` one run
+    later. A ``jumped`` watermark fails the task (``fail_on_jumped``): a future-dated record passes
+    every target, but the on-time rows still to come will be dropped, so completeness is not proven.
+
+    On success the asset event's ``extra`` is ``{"checkpoint", "watermark_ms", "watermark",
+    "emitted_through_ms", "emitted_through", "target_ms", "target", "state", "latest_batch_id",
+    "latest_batch_time", "evaluated_at"}`` (ms epoch UTC and ISO-8601 UTC). A downstream DAG with
+    ``schedule=[asset]`` reads it from ``triggering_asset_events``.
+
+    :param checkpoint: the checkpoint location (templated).
+    :param target: the target instant (templated), e.g. ``"{{ data_interval_end }}"``: ISO-8601
+        text (no offset: UTC), an aware datetime, or epoch ms.
+    :param asset: the Asset to record the watermark on (added to the task's outlets); None: no event.
+    :param fail_on_jumped: fail when the watermark jumped ahead of processing time (default True).
+    :param deferrable: wait in the triggerer.
+    :param timeout: how long to wait (``timedelta`` or seconds; default Airflow's sensor default).
+
+    The thresholds (``max_skew`` matters here; the others only shape the recorded state) and
+    ``storage_options`` are those of :class:`WatermarkStallSensor`.
+    """
+
+    template_fields: Sequence[str] = ("checkpoint", "target")
+    goal = "reached"
+    ui_color = "#e8f6ea"
+
+    def __init__(self, *, target: Any, asset: Asset | None = None, fail_on_jumped: bool = True, **kwargs: Any) -> None:
+        if asset is not None:
+            outlets = list(kwargs.pop("outlets", None) or [])
+            if asset not in outlets:
+                outlets.append(asset)
+            kwargs["outlets"] = outlets
+        super().__init__(**kwargs)
+        self.target = target
+        self.asset = asset
+        self.fail_on_jumped = fail_on_jumped
+
+    def _target_ms(self) -> int:
+        try:
+            return instant_ms(self.target)
+        except ValueError as exc:
+            raise AirflowFailException(f"target of {self.task_id}: {exc}") from exc
+
+    def _on_done(self, context: Any, payload: dict[str, Any]) -> None:
+        if self.asset is None:
+            return
+        target_ms = self._target_ms()
+        latest = payload.get("latest_batch") or {}
+        extra = {
+            "checkpoint": self.checkpoint,
+            "watermark_ms": payload.get("watermark_ms"),
+            "watermark": payload.get("watermark"),
+            "emitted_through_ms": payload.get("emitted_through_ms"),
+            "emitted_through": payload.get("emitted_through"),
+            "target_ms": target_ms,
+            "target": iso_utc(target_ms),
+            "state": payload.get("state"),
+            "latest_batch_id": latest.get("batch_id"),
+            "latest_batch_time": latest.get("time"),
+            "evaluated_at": payload.get("evaluated_at"),
+        }
+        context["outlet_events"][self.asset].extra.update(extra)

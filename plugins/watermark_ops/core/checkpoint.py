@@ -1,0 +1,324 @@
+"""Read a Spark Structured Streaming checkpoint without a JVM: the offset log, the commit log, the query id.
+
+It lists and reads the files; :mod:`watermark_ops.core.log_formats` parses them (the formats, with
+Spark's sources). It imports neither Airflow nor Spark; files are read through fsspec, so a local path, ``file://``, ``s3://``, ``gs://``,
+``abfs://``, ``hdfs://``, ``memory://`` or an Airflow ``ObjectStoragePath`` all work.
+
+Public API (stable; other modules build on it)
+-----------------------------------------------
+``read_checkpoint(location, *, filesystem=None, storage_options=None) -> Checkpoint``
+    Lists the checkpoint folder, ``offsets/`` and ``commits/`` once each and reads every batch
+    file and ``metadata`` once. It never raises for bad content: every file it cannot read or
+    parse becomes a :class:`ReadProblem` naming the file, and the rest is still read.
+
+``Checkpoint`` (frozen dataclass)
+    ``location`` (str: an absolute local path, or a URL such as ``s3://b/cp``), ``query_id``
+    (str | None: None when ``metadata`` is missing or unreadable), ``batches`` (tuple of
+    :class:`Batch`, ascending batch id; every id that has an offsets or a commit file),
+    ``problems`` (tuple of :class:`ReadProblem`), ``has_commit_log`` (False for pre-2.2
+    checkpoints, which have no ``commits/`` folder), ``metadata_file``.
+    Derived: ``head_batch_id`` (latest batch id in the offset log, what Spark restarts from),
+    ``in_flight_batch_id`` (the head batch when it has offsets but no commit: running now, or its
+    driver died), ``next_watermark_ms`` (the watermark the next batch starts from, as
+    ``MicroBatchExecution.populateStartOffsets`` restores it), ``batch(batch_id)``.
+    ``CommitEntry.has_next_watermark`` is False for pre-2.4 commits (``{}``): their 0 is a
+    default, not a watermark to compare.
+
+``Batch`` (frozen dataclass), one per batch id
+    ``batch_id`` (int), ``offsets`` (:class:`OffsetsEntry` | None), ``commit``
+    (:class:`CommitEntry` | None), ``offsets_file`` / ``commit_file`` (the file's location when
+    the file exists on storage, even if it could not be parsed; else None). Shortcuts:
+    ``watermark_ms`` (offsets ``batchWatermarkMs``: the watermark the batch ran with),
+    ``timestamp_ms`` (offsets ``batchTimestampMs``: processing time of the batch), ``conf``
+    (dict), ``sources`` (tuple: one parsed JSON offset per source, None for ``-``),
+    ``committed`` (bool: a commit file exists), ``next_watermark_ms`` (commits
+    ``nextBatchWatermarkMs``: the watermark computed at the end of the batch). The shortcuts are
+    None when the file is absent or unreadable.
+
+``OffsetsEntry`` / ``CommitEntry`` / ``ReadProblem``: see :mod:`watermark_ops.core.log_formats`.
+
+All times are epoch milliseconds UTC (``int``), exactly as Spark stores them.
+
+Pure core: imports neither Airflow nor Spark.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from watermark_ops.core.log_formats import (
+    CommitEntry,
+    LogFileError,
+    OffsetsEntry,
+    ReadProblem,
+    is_batch_file_name,
+    parse_commit,
+    parse_metadata,
+    parse_offsets,
+)
+
+__all__ = ["Batch", "Checkpoint", "read_checkpoint"]
+
+#: Highest offset-log version this reader knows (``OffsetSeqLog.MAX_VERSION`` in Spark 4.2+).
+OFFSETS_MAX_VERSION = 2
+#: Highest commit-log version this reader knows (``CommitLog.MAX_VERSION`` in Spark 4.2+).
+COMMITS_MAX_VERSION = 3
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Everything the checkpoint holds about one batch id: its offsets entry and its commit entry."""
+
+    batch_id: int
+    offsets: OffsetsEntry | None = None
+    commit: CommitEntry | None = None
+    offsets_file: str | None = None
+    commit_file: str | None = None
+
+    @property
+    def watermark_ms(self) -> int | None:
+        """Offsets ``batchWatermarkMs`` (epoch ms UTC), None when offsets are absent or unreadable."""
+        return self.offsets.watermark_ms if self.offsets else None
+
+    @property
+    def timestamp_ms(self) -> int | None:
+        """Offsets ``batchTimestampMs`` (epoch ms UTC), None when offsets are absent or unreadable."""
+        return self.offsets.timestamp_ms if self.offsets else None
+
+    @property
+    def conf(self) -> dict[str, str] | None:
+        """Offsets ``conf``, None when offsets are absent or unreadable."""
+        return self.offsets.conf if self.offsets else None
+
+    @property
+    def sources(self) -> tuple[Any, ...] | None:
+        """Source offsets (parsed JSON, None for ``-``), None when offsets are absent or unreadable."""
+        return self.offsets.sources if self.offsets else None
+
+    @property
+    def committed(self) -> bool:
+        """True when ``commits/N`` exists (readable or not)."""
+        return self.commit_file is not None
+
+    @property
+    def next_watermark_ms(self) -> int | None:
+        """Commits ``nextBatchWatermarkMs`` (epoch ms UTC), None when no readable commit."""
+        return self.commit.next_watermark_ms if self.commit else None
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A checkpoint as read by :func:`read_checkpoint` (see the module docstring)."""
+
+    location: str
+    query_id: str | None
+    batches: tuple[Batch, ...]
+    problems: tuple[ReadProblem, ...]
+    has_commit_log: bool
+    metadata_file: str | None = None
+
+    @cached_property
+    def _by_id(self) -> dict[int, Batch]:
+        return {b.batch_id: b for b in self.batches}
+
+    def batch(self, batch_id: int) -> Batch | None:
+        """The :class:`Batch` with this id, or None."""
+        return self._by_id.get(batch_id)
+
+    @property
+    def head_batch_id(self) -> int | None:
+        """The latest batch id that has an offsets file (``offsetLog.getLatest``), None if none."""
+        ids = [b.batch_id for b in self.batches if b.offsets_file is not None]
+        return max(ids) if ids else None
+
+    @property
+    def in_flight_batch_id(self) -> int | None:
+        """The head batch when it has offsets but no commit (running, or its driver died), else None.
+
+        Always None for a checkpoint without a commit log (pre-2.2: nothing to tell it by).
+        """
+        head = self.head_batch_id
+        if head is None or not self.has_commit_log:
+            return None
+        return None if self.batch(head).committed else head
+
+    @property
+    def next_watermark_ms(self) -> int | None:
+        """The watermark the next batch starts from (epoch ms UTC), as Spark restores it.
+
+        ``MicroBatchExecution.populateStartOffsets``: head N committed →
+        ``max(offsets N batchWatermarkMs, commits N nextBatchWatermarkMs)``; not committed (or no
+        commit log) → batch N is re-run with ``offsets N batchWatermarkMs``. None when there is no
+        batch or the head's files could not be read; 0 for a checkpoint without any batch is not
+        assumed.
+        """
+        head = self.head_batch_id
+        if head is None:
+            return None
+        batch = self.batch(head)
+        if batch.offsets is None:
+            return None
+        if batch.committed:
+            if batch.commit is None:
+                return None
+            return max(batch.offsets.watermark_ms, batch.commit.next_watermark_ms)
+        return batch.offsets.watermark_ms
+
+
+# --------------------------------------------------------------------------------------------
+# Reading
+
+
+def _resolve(location: Any, filesystem: Any, storage_options: dict[str, Any] | None):
+    """-> (fsspec filesystem, path inside it)."""
+    import fsspec
+
+    if filesystem is not None:
+        return filesystem, str(location).rstrip("/") or "/"
+    if hasattr(location, "fs") and hasattr(location, "path"):  # ObjectStoragePath / UPath
+        return location.fs, str(location.path).rstrip("/") or "/"
+    fs, path = fsspec.core.url_to_fs(os.fspath(location), **(storage_options or {}))
+    return fs, path.rstrip("/") or "/"
+
+
+def _display(fs: Any, path: str) -> str:
+    """A location a human recognises: a plain path on the local filesystem, else a URL."""
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    if protocol in ("file", "local"):
+        return path
+    return fs.unstrip_protocol(path)
+
+
+def _name(path: str) -> str:
+    return path.rstrip("/").rsplit("/", 1)[-1]
+
+
+
+def _list(fs: Any, path: str) -> dict[str, str]:
+    """One listing of a folder -> {name: type ('file' | 'directory' | ...)}."""
+    return {_name(info["name"]): info.get("type", "file") for info in fs.ls(path, detail=True)}
+
+
+def _batch_files(fs: Any, folder: str) -> dict[int, str]:
+    """One listing of a log folder (names only: no stat per file) -> {batch id: path} of the names
+    that are a whole decimal batch id (``HDFSMetadataLog.isBatchFile``)."""
+    paths = (p if isinstance(p, str) else p["name"] for p in fs.ls(folder, detail=False))
+    return {int(name): f"{folder}/{name}" for name in map(_name, paths) if is_batch_file_name(name)}
+
+
+def read_checkpoint(location: Any, *, filesystem: Any = None,
+                    storage_options: dict[str, Any] | None = None) -> Checkpoint:
+    """Read a Structured Streaming checkpoint folder (see the module docstring for the formats).
+
+    Lists the folder, ``offsets/`` and ``commits/`` once each, reads ``metadata`` and every batch
+    file once (one ``fs.cat`` call over all of them: concurrent on async filesystems).
+
+    :param location: the checkpoint folder: local path, fsspec URL (``s3://...``, ``memory://...``),
+        ``os.PathLike``, or an Airflow ``ObjectStoragePath`` / ``UPath`` (its ``fs`` is used).
+    :param filesystem: an fsspec filesystem to read ``location`` (a path inside it) with.
+    :param storage_options: passed to ``fsspec.core.url_to_fs`` (credentials, endpoint).
+    :return: a :class:`Checkpoint`; unreadable or malformed files are in ``problems`` (each names
+        its file), never raised, and every other file is still read.
+    """
+    fs, root = _resolve(location, filesystem, storage_options)
+    shown = _display(fs, root)
+    problems: list[ReadProblem] = []
+
+    def empty(has_commit_log: bool = False) -> Checkpoint:
+        return Checkpoint(location=shown, query_id=None, batches=(), problems=tuple(problems),
+                          has_commit_log=has_commit_log)
+
+    try:
+        top = _list(fs, root)
+    except FileNotFoundError:
+        problems.append(ReadProblem("checkpoint_missing", shown, "no checkpoint folder at this location"))
+        return empty()
+    except Exception as exc:  # permissions, network, ...
+        problems.append(ReadProblem("unreadable", shown, f"cannot list the checkpoint folder: {exc!r}"))
+        return empty()
+    if "metadata" not in top and top.get("offsets") != "directory":
+        problems.append(ReadProblem(
+            "not_a_checkpoint", shown,
+            "neither 'metadata' nor 'offsets/' here: expected a Structured Streaming checkpoint folder",
+        ))
+        return empty()
+
+    folders: dict[str, dict[int, str]] = {}
+    for log_name in ("offsets", "commits"):
+        folders[log_name] = {}
+        if top.get(log_name) != "directory":
+            continue
+        folder = f"{root}/{log_name}"
+        try:
+            folders[log_name] = _batch_files(fs, folder)
+        except Exception as exc:
+            problems.append(ReadProblem("unreadable", _display(fs, folder), f"cannot list the folder: {exc!r}"))
+    has_commit_log = top.get("commits") == "directory"
+
+    metadata_path = f"{root}/metadata" if "metadata" in top else None
+    paths = list(folders["offsets"].values()) + list(folders["commits"].values())
+    if metadata_path:
+        paths.append(metadata_path)
+    contents = fs.cat(paths, on_error="return") if paths else {}
+
+    def content(path: str) -> bytes | Exception:
+        value = contents.get(path)
+        if value is None:  # some filesystems key the result by a normalised path
+            value = contents.get(fs._strip_protocol(path), FileNotFoundError(path))
+        return value
+
+    query_id = None
+    if metadata_path:
+        query_id = _query_id(content(metadata_path), _display(fs, metadata_path), problems)
+
+    offsets: dict[int, OffsetsEntry] = {}
+    commits: dict[int, CommitEntry] = {}
+    for log_name, parse, into in (("offsets", parse_offsets, offsets), ("commits", parse_commit, commits)):
+        for batch_id, path in sorted(folders[log_name].items()):
+            file = _display(fs, path)
+            raw = content(path)
+            if isinstance(raw, Exception):
+                problems.append(ReadProblem("unreadable", file, f"cannot read the file: {raw!r}", batch_id))
+                continue
+            try:
+                parsed = parse(raw, batch_id, file)
+            except LogFileError as err:
+                problems.append(ReadProblem(err.kind, file, err.message, batch_id))
+                continue
+            if log_name == "offsets":
+                entry, line_problems = parsed
+                problems.extend(line_problems)
+                into[batch_id] = entry
+            else:
+                into[batch_id] = parsed
+
+    ids = sorted(set(folders["offsets"]) | set(folders["commits"]))
+    batches = tuple(
+        Batch(
+            batch_id=i,
+            offsets=offsets.get(i),
+            commit=commits.get(i),
+            offsets_file=_display(fs, folders["offsets"][i]) if i in folders["offsets"] else None,
+            commit_file=_display(fs, folders["commits"][i]) if i in folders["commits"] else None,
+        )
+        for i in ids
+    )
+    return Checkpoint(location=shown, query_id=query_id, batches=batches, problems=tuple(problems),
+                      has_commit_log=has_commit_log, metadata_file=_display(fs, metadata_path) if metadata_path else None)
+
+
+
+def _query_id(raw: bytes | Exception, file: str, problems: list[ReadProblem]) -> str | None:
+    """The query id of ``metadata`` (:func:`~watermark_ops.core.log_formats.parse_metadata`), or
+    None with a problem naming the file."""
+    if isinstance(raw, Exception):
+        problems.append(ReadProblem("unreadable", file, f"cannot read the file: {raw!r}"))
+        return None
+    try:
+        return parse_metadata(raw)
+    except LogFileError as err:
+        problems.append(ReadProblem(err.kind, file, err.message))
+        return None

@@ -1,0 +1,91 @@
+"""The one evaluation the Airflow sensors and their trigger share: done, wait, fail or skip.
+
+:func:`check` classifies a checkpoint (:func:`watermark_ops.core.stall.evaluate`) and decides,
+for a goal, what a sensor does next. ``poke``, ``reschedule`` and the deferrable trigger all call
+it, so the three modes cannot disagree.
+
+Pure core: imports neither Airflow nor Spark.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from watermark_ops.core.stall import JUMPED, CheckpointMissing, Classification, evaluate
+from watermark_ops.core.thresholds import DEFAULT_THRESHOLDS, Thresholds
+from watermark_ops.core.times import iso_utc
+
+__all__ = ["GOALS", "Check", "check"]
+
+#: What the sensors wait for: a healthy watermark, or a watermark that reached a target instant.
+GOALS = ("healthy", "reached")
+
+
+@dataclass(frozen=True)
+class Check:
+    """One evaluation for a sensor or trigger.
+
+    :ivar outcome: ``done`` (the sensor succeeds), ``wait`` (evaluate again later; the sensor
+        fails when its timeout runs out), ``fail`` (fail now: waiting cannot help), ``skip``
+        (missing checkpoint with ``missing_ok``).
+    :ivar message: why, for the task log and the failure message.
+    :ivar classification: None when the checkpoint does not exist.
+    """
+
+    outcome: str
+    message: str
+    classification: Classification | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"outcome", "message", "classification": Classification.to_dict() | None}``."""
+        return {"outcome": self.outcome, "message": self.message,
+                "classification": self.classification.to_dict() if self.classification else None}
+
+
+def check(location: Any, *, goal: str = "healthy", thresholds: Thresholds = DEFAULT_THRESHOLDS,
+          target_ms: int | None = None, missing_ok: bool = False, fail_on_jumped: bool = True,
+          at: Any = None, storage_options: dict[str, Any] | None = None) -> Check:
+    """Evaluate a checkpoint for a sensor: the same call in ``poke``, ``reschedule`` and the trigger.
+
+    ``goal="healthy"`` (``WatermarkStallSensor``): not an alarm → ``done``; ``jumped`` → ``fail``
+    (the watermark never goes back); another alarm → ``wait`` (it may heal: data for the idle
+    input, the backlog caught up); a missing checkpoint → ``skip`` with ``missing_ok``, else ``fail``.
+
+    ``goal="reached"`` (``WatermarkReachedSensor``): ``done`` when ``emitted_through_ms >=
+    target_ms``: a committed batch ran with a watermark at or past the target, so append-mode
+    windows ending at or before it are final *and in the sink*; ``jumped`` with ``fail_on_jumped``
+    → ``fail`` (a future-dated record passes every target, but the rows still to come will be
+    dropped: completeness is not proven); else ``wait`` (also while the checkpoint does not exist).
+
+    :param target_ms: the target instant, epoch ms UTC (required for ``reached``).
+    :raises ValueError: for a bad goal or a missing target.
+    :raises StallInputError: the checkpoint exists but cannot be classified (its head is unreadable).
+    """
+    if goal not in GOALS:
+        raise ValueError(f"goal must be one of {GOALS}, got {goal!r}")
+    if goal == "reached" and (isinstance(target_ms, bool) or not isinstance(target_ms, int)):
+        raise ValueError(f"goal 'reached' needs target_ms (epoch ms UTC), got {target_ms!r}")
+    try:
+        c = evaluate(location, thresholds, at=at, storage_options=storage_options)
+    except CheckpointMissing as exc:
+        if goal == "reached":
+            return Check("wait", f"{exc}: waiting for the job to create it")
+        if missing_ok:
+            return Check("skip", f"{exc} (missing_ok: the job has not run yet)")
+        return Check("fail", f"{exc}: expected a Structured Streaming checkpoint")
+    if goal == "healthy":
+        if c.healthy:
+            return Check("done", f"healthy: {c.summary()}", c)
+        if c.state == JUMPED:
+            return Check("fail", f"alarm: {c.summary()}", c)
+        return Check("wait", f"alarm: {c.summary()}", c)
+    if c.state == JUMPED and fail_on_jumped:
+        return Check("fail", f"the watermark jumped ahead of processing time, completeness is not proven: {c.summary()}", c)
+    emitted = c.emitted_through_ms
+    if emitted is not None and emitted >= target_ms:
+        return Check("done", f"reached: batches committed with watermark {iso_utc(emitted)} >= target "
+                             f"{iso_utc(target_ms)} ({c.location})", c)
+    return Check("wait", f"not reached: committed batches ran with watermark {iso_utc(emitted) or 'none'} "
+                         f"< target {iso_utc(target_ms)} (next batch starts from {iso_utc(c.watermark_ms) or 'none'}; "
+                         f"{c.state}) ({c.location})", c)

@@ -1,0 +1,331 @@
+"""Spark's checkpoint log formats, parsed from bytes: the offset log, the commit log, ``metadata``.
+
+The only module that knows how Spark writes these files. It does no I/O: :mod:`watermark_ops.core.checkpoint`
+lists and reads the files (fsspec) and hands their bytes here. Every parser raises
+:class:`LogFileError` (a stable ``kind`` and a message saying what was found and what was
+expected) for a file it cannot use; the reader turns it into a :class:`ReadProblem` naming the file.
+
+The formats (Spark's sources, ``sql/core/src/main/scala/org/apache/spark/sql/execution/streaming/``,
+since 4.1 mostly under ``checkpointing/`` and ``runtime/``)
+---------------------------------------------------------------------------------------------
+* ``HDFSMetadataLog.scala``: a log folder holds one file per batch, named by the decimal batch id
+  (``isBatchFile``). Writes go to a hidden temp file ``.<name>.<uuid>.tmp`` that is then renamed;
+  the local filesystem adds ``.<name>.crc``; 4.1+ can add checksum side files. Any name that is not
+  a decimal integer is ignored here. ``minBatchesToRetain`` (default 100) purges old files, so the
+  lowest id on storage may be above 0. ``MetadataVersionUtil.validateVersion`` reads the header
+  ``v<int>`` (int > 0), else ``MALFORMED_LOG_FILE``; above the maximum,
+  ``INVALID_LOG_VERSION.MAX_SUPPORTED_VERSION``. Every file's header is read on its own: a
+  checkpoint can change version part way through.
+* ``OffsetSeqLog.scala`` / ``OffsetSeq.scala`` (``offsets/N``, written before batch N runs)::
+
+      v1
+      {"batchWatermarkMs":280000,"batchTimestampMs":1795263323292,"conf":{...}}
+      {"logOffset":1}
+      -
+
+  line 2 is ``OffsetSeqMetadata`` (missing fields default to 0 / empty; Spark 2.1 files have no
+  ``conf``; unknown fields are ignored; an empty line means no metadata), then one offset per
+  source in plan order, ``-`` = the source has no offset yet. ``v2`` (Spark 4.2+, opt-in through
+  ``spark.sql.streaming.offsetLog.formatVersion``): metadata ``OffsetSeqMetadataV2`` (adds
+  ``sourceMetadataInfo``, required) and source lines ``<sourceId>:<offsetJson or ->`` split at
+  the first ``:``. Highest version known here: :data:`OFFSETS_MAX_VERSION`.
+* ``CommitLog.scala`` (``commits/N``, written after batch N succeeded)::
+
+      v1
+      {"nextBatchWatermarkMs":5000}
+
+  ``nextBatchWatermarkMs`` was added in 2.4 (SPARK-24699); older files hold ``{}`` or only the
+  header (``EMPTY_JSON``), meaning 0. v2 (``CommitMetadataV2``) adds ``stateUniqueIds``, v3
+  (``CommitMetadataV3``) adds ``sinkMetadataMap``. Highest version known: :data:`COMMITS_MAX_VERSION`.
+  Checkpoints of Spark before 2.2 have no ``commits/`` folder at all: not an error.
+* ``StreamMetadata.scala`` (``metadata``): ``{"id":"<query uuid>"}``, written once; a new id
+  means a new query (the checkpoint was replaced).
+* ``MicroBatchExecution.populateStartOffsets``: on restart, with latest offsets N and commits N
+  present, batch N+1 starts with ``max(offsets N batchWatermarkMs, commits N nextBatchWatermarkMs)``;
+  without commits N, batch N is re-run with its own offsets (in flight, or its driver crashed).
+
+All times are epoch milliseconds UTC (``int``), exactly as Spark stores them.
+
+Pure core: imports neither Airflow nor Spark.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "COMMITS_MAX_VERSION",
+    "OFFSETS_MAX_VERSION",
+    "CommitEntry",
+    "LogFileError",
+    "OffsetsEntry",
+    "ReadProblem",
+    "is_batch_file_name",
+    "parse_commit",
+    "parse_metadata",
+    "parse_offsets",
+]
+
+#: Highest offset-log version this reader knows (``OffsetSeqLog.MAX_VERSION`` in Spark 4.2+).
+OFFSETS_MAX_VERSION = 2
+#: Highest commit-log version this reader knows (``CommitLog.MAX_VERSION`` in Spark 4.2+).
+COMMITS_MAX_VERSION = 3
+
+_BATCH_NAME = re.compile(r"^[0-9]+$")
+_HEADER = re.compile(r"^v([0-9]+)$")
+_VOID_OFFSET = "-"  # OffsetSeqLog.SERIALIZED_VOID_OFFSET
+
+
+def is_batch_file_name(name: str) -> bool:
+    """True for a log file name that is a whole decimal batch id (``HDFSMetadataLog.isBatchFile``);
+    hidden temp files, ``.crc`` and checksum side files are not."""
+    return bool(_BATCH_NAME.match(name))
+
+
+@dataclass(frozen=True)
+class ReadProblem:
+    """A checkpoint file (or the checkpoint itself) that could not be read or parsed.
+
+    :ivar kind: stable name: ``checkpoint_missing`` (the location does not exist),
+        ``not_a_checkpoint`` (neither ``metadata`` nor ``offsets/``), ``unreadable`` (I/O error),
+        ``empty`` (0 bytes), ``binary`` (NUL bytes or not UTF-8), ``bad_header`` (first line not
+        ``v<positive int>``), ``unsupported_version`` (newer than this reader knows),
+        ``truncated`` (a required line is missing), ``not_json`` (a line that must be JSON is
+        not), ``bad_field`` (JSON of the wrong shape, e.g. a watermark that is not an integer).
+    :ivar file: location of the file (or folder) concerned.
+    :ivar message: what was found and what was expected, for a human.
+    :ivar batch_id: the batch the file belongs to, None for ``metadata`` and the folder.
+    """
+
+    kind: str
+    file: str
+    message: str
+    batch_id: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"kind", "file", "message", "batch_id"}``, JSON-ready."""
+        return {"kind": self.kind, "file": self.file, "message": self.message, "batch_id": self.batch_id}
+
+
+@dataclass(frozen=True)
+class OffsetsEntry:
+    """One parsed ``offsets/N`` file (``OffsetSeqLog``; format in the module docstring).
+
+    :ivar batch_id: N.
+    :ivar file: location of the file.
+    :ivar version: the file's own header version (1 or 2).
+    :ivar watermark_ms: ``batchWatermarkMs``, the watermark batch N runs with (epoch ms UTC; 0 if absent).
+    :ivar timestamp_ms: ``batchTimestampMs``, the processing time of batch N (epoch ms UTC; 0 if absent).
+    :ivar conf: ``conf``, the SQL confs Spark froze at the first batch (``{}`` in Spark 2.1 files).
+    :ivar sources: one offset per source in file order: parsed JSON, None for ``-``; a line
+        that is not JSON is kept as its raw text (and reported as a ``not_json`` problem).
+    :ivar source_ids: v1: the positions ``"0"``, ``"1"``, ...; v2: the ids written in the file.
+    :ivar metadata: the whole metadata JSON object as read (``sourceMetadataInfo``, unknown fields).
+    """
+
+    batch_id: int
+    file: str
+    version: int
+    watermark_ms: int
+    timestamp_ms: int
+    conf: dict[str, str]
+    sources: tuple[Any, ...]
+    source_ids: tuple[str, ...]
+    metadata: dict[str, Any] = field(repr=False)
+
+
+@dataclass(frozen=True)
+class CommitEntry:
+    """One parsed ``commits/N`` file (``CommitLog``; format in the module docstring).
+
+    :ivar batch_id: N.
+    :ivar file: location of the file.
+    :ivar version: the file's own header version (1, 2 or 3).
+    :ivar next_watermark_ms: ``nextBatchWatermarkMs``, the watermark computed at the end of batch
+        N (epoch ms UTC; 0 for pre-2.4 files holding ``{}`` or only the header).
+    :ivar metadata: the whole JSON object as read (``stateUniqueIds``, ``sinkMetadataMap``, ...).
+    """
+
+    batch_id: int
+    file: str
+    version: int
+    next_watermark_ms: int
+    metadata: dict[str, Any] = field(repr=False)
+
+    @property
+    def has_next_watermark(self) -> bool:
+        """False for a pre-2.4 commit (``{}`` or a bare header): ``next_watermark_ms`` is then a default 0,
+        not a watermark Spark computed, and must not be compared with the offset log."""
+        return "nextBatchWatermarkMs" in self.metadata
+
+
+
+class LogFileError(Exception):
+    """A log file that cannot be used as a whole.
+
+    :ivar kind: a :class:`ReadProblem` kind (``empty``, ``binary``, ``bad_header``,
+        ``unsupported_version``, ``truncated``, ``not_json``, ``bad_field``).
+    :ivar message: what was found and what was expected.
+    """
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+def _decode(raw: bytes) -> str | None:
+    """UTF-8 text, or None when the bytes are binary (NUL bytes or invalid UTF-8)."""
+    if b"\x00" in raw:
+        return None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _lines_with_header(raw: bytes, log_name: str, max_version: int) -> tuple[int, list[str]]:
+    """Check a log file's bytes and header -> (version, the lines after the header).
+
+    ``MetadataVersionUtil.validateVersion`` / ``HDFSMetadataLog``: header ``v<int>``, int > 0.
+    """
+    if not raw:
+        raise LogFileError("empty", f"empty file: expected a {log_name} file starting with a 'v<version>' line")
+    text = _decode(raw)
+    if text is None:
+        raise LogFileError("binary", f"binary content: expected UTF-8 text of a {log_name} file")
+    lines = text.split("\n")
+    header = lines[0].strip()
+    match = _HEADER.match(header)
+    if not match or int(match.group(1)) <= 0:
+        shown = header if len(header) <= 40 else header[:40] + "..."
+        raise LogFileError(
+            "bad_header",
+            f"log file was malformed: failed to read correct log version from {shown!r} "
+            f"(expected 'v<positive int>' on the first line)",
+        )
+    version = int(match.group(1))
+    if version > max_version:
+        raise LogFileError(
+            "unsupported_version",
+            f"the maximum supported {log_name} version is v{max_version}, but encountered v{version}: "
+            f"the file was produced by a newer version of Spark than this reader knows",
+        )
+    # A trailing newline is not a line (Spark writes none, but editors do).
+    rest = lines[1:]
+    if rest and rest[-1] == "":
+        rest = rest[:-1]
+    return version, rest
+
+
+def _json_object(text: str, what: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        shown = text if len(text) <= 60 else text[:60] + "..."
+        raise LogFileError("not_json", f"{what} is not JSON ({exc.msg} at column {exc.colno}): {shown!r}") from None
+    if not isinstance(value, dict):
+        raise LogFileError("bad_field", f"{what} is JSON but not an object: {text[:60]!r}")
+    return value
+
+
+def _int_field(obj: dict[str, Any], key: str, what: str) -> int:
+    value = obj.get(key, 0)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise LogFileError("bad_field", f"{what}: {key} must be an integer (epoch ms), got {value!r}")
+    return value
+
+
+def parse_offsets(raw: bytes, batch_id: int, file: str) -> tuple[OffsetsEntry, list[ReadProblem]]:
+    """Parse the bytes of ``offsets/<batch_id>`` (``OffsetSeqLog.deserialize``).
+
+    :return: the entry and the problems of individual source lines (kept, see :class:`OffsetsEntry`).
+    :raises LogFileError: when the file as a whole cannot be used; :func:`watermark_ops.core.checkpoint.read_checkpoint` turns it
+        into a :class:`ReadProblem`.
+    """
+    version, lines = _lines_with_header(raw, "offset log", OFFSETS_MAX_VERSION)
+    if not lines:
+        raise LogFileError("truncated", "truncated: expected a metadata JSON line after the version line")
+    metadata_line = lines[0].strip()
+    if metadata_line == "":
+        if version >= 2:
+            raise LogFileError("truncated", "truncated: a v2 offset log requires a metadata JSON line on line 2")
+        metadata: dict[str, Any] = {}  # OffsetSeq without metadata (Spark 2.0): defaults
+    else:
+        metadata = _json_object(metadata_line, "line 2 (offset-log metadata)")
+    watermark_ms = _int_field(metadata, "batchWatermarkMs", "line 2 (offset-log metadata)")
+    timestamp_ms = _int_field(metadata, "batchTimestampMs", "line 2 (offset-log metadata)")
+    conf = metadata.get("conf") or {}
+    if not isinstance(conf, dict):
+        raise LogFileError("bad_field", f"line 2 (offset-log metadata): conf must be an object, got {conf!r}")
+    source_lines = lines[1:]
+    if not source_lines:
+        raise LogFileError("truncated", "truncated: expected one offset line per source after the metadata line")
+    problems: list[ReadProblem] = []
+    sources: list[Any] = []
+    ids: list[str] = []
+    for number, line in enumerate(source_lines, start=3):
+        text = line.strip()
+        if version >= 2:
+            source_id, sep, text = text.partition(":")
+            if not sep or not source_id or any(c in source_id for c in '{["'):
+                raise LogFileError(
+                    "bad_field", f"line {number}: expected '<sourceId>:<offset>' in a v2 offset log, got {line[:60]!r}"
+                )
+            ids.append(source_id)
+        else:
+            ids.append(str(number - 3))
+        if text == _VOID_OFFSET:
+            sources.append(None)
+            continue
+        try:
+            sources.append(json.loads(text))
+        except ValueError as exc:
+            sources.append(text)
+            problems.append(ReadProblem(
+                "not_json", file,
+                f"line {number} (offset of source {ids[-1]}) is not JSON ({exc.msg}): {text[:60]!r}; kept as text",
+                batch_id,
+            ))
+    entry = OffsetsEntry(
+        batch_id=batch_id, file=file, version=version, watermark_ms=watermark_ms, timestamp_ms=timestamp_ms,
+        conf={str(k): str(v) for k, v in conf.items()}, sources=tuple(sources), source_ids=tuple(ids),
+        metadata=metadata,
+    )
+    return entry, problems
+
+
+def parse_commit(raw: bytes, batch_id: int, file: str) -> CommitEntry:
+    """Parse the bytes of ``commits/<batch_id>`` (``CommitLog.deserialize``).
+
+    A header with no JSON line, or ``{}``, is a pre-2.4 commit: ``next_watermark_ms`` 0.
+
+    :raises LogFileError: turned into a :class:`ReadProblem` by the reader.
+    """
+    version, lines = _lines_with_header(raw, "commit log", COMMITS_MAX_VERSION)
+    text = lines[0].strip() if lines else ""
+    metadata = _json_object(text, "line 2 (commit metadata)") if text else {}
+    next_ms = _int_field(metadata, "nextBatchWatermarkMs", "line 2 (commit metadata)")
+    return CommitEntry(batch_id=batch_id, file=file, version=version, next_watermark_ms=next_ms, metadata=metadata)
+
+
+def parse_metadata(raw: bytes) -> str:
+    """Parse the bytes of ``metadata`` (``StreamMetadata.read``): ``{"id": "<query uuid>"}`` -> the id.
+
+    :raises LogFileError: ``empty``, ``binary``, ``not_json`` or ``bad_field``.
+    """
+    if not raw:
+        raise LogFileError("empty", 'empty file: expected {"id": "<query uuid>"}')
+    text = _decode(raw)
+    if text is None:
+        raise LogFileError("binary", 'binary content: expected {"id": "<query uuid>"}')
+    try:
+        value = json.loads(text.strip().split("\n", 1)[0])
+    except ValueError as exc:
+        raise LogFileError("not_json", f'not JSON ({exc.msg}): expected {{"id": "<query uuid>"}}') from None
+    if not isinstance(value, dict) or not isinstance(value.get("id"), str):
+        raise LogFileError("bad_field", f'expected {{"id": "<query uuid>"}}, got {text[:80]!r}')
+    return value["id"]

@@ -1,0 +1,177 @@
+"""The audit's memory across restarts: the head a checkpoint had at the previous audit.
+
+Spark purges offsets and commits below the newest ``spark.sql.streaming.minBatchesToRetain``
+(default 100) batches, so once the old files are gone, what an earlier audit saw is the only
+evidence left that the watermark never went back. After each audit the head is remembered:
+
+* ``query_id``: the checkpoint's query id (``metadata``); a new id means the checkpoint was
+  replaced (``checkpoint_reset``);
+* ``head_batch_id``: the latest batch id in the offset log; a lower one later means log files
+  were deleted or an old copy restored (``rewound``);
+* ``watermark_ms``: the watermark the next batch starts from (epoch ms UTC); a later batch below
+  it means the watermark went back (``watermark_regressed``).
+
+Two places to keep it, both behind the same two methods (``load(location)``, ``save(location, head)``):
+
+* :class:`StateFileMemory`: a JSON state file through fsspec (the terminal: ``--state FILE``);
+  one file can remember many checkpoints, keyed by location::
+
+      {"version": 1,
+       "checkpoints": {"/abs/path/to/checkpoint": {"query_id": "...", "head_batch_id": 41,
+                        "watermark_ms": 1357047180000, "audited_at_ms": 1795265536436}}}
+
+* ``AssetStateStoreMemory`` (:mod:`watermark_ops.airflow.memory`, the Airflow face): Airflow 3.3's
+  asset state store (AIP-103). One key per checkpoint: ``watermark_audit:<location>``.
+
+Pure core: imports neither Airflow nor Spark.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+__all__ = [
+    "AuditMemory",
+    "MemoryFormatError",
+    "RememberedHead",
+    "StateFileMemory",
+    "memory_key",
+]
+
+STATE_FILE_VERSION = 1
+
+
+class MemoryFormatError(ValueError):
+    """A remembered head (state file or store value) that is not what this module writes; names its source."""
+
+
+@dataclass(frozen=True)
+class RememberedHead:
+    """What an audit remembers about a checkpoint.
+
+    :ivar query_id: the query id, None when the checkpoint had no readable ``metadata``.
+    :ivar head_batch_id: the latest batch id in the offset log.
+    :ivar watermark_ms: the watermark the next batch starts from (epoch ms UTC).
+    :ivar audited_at_ms: when the audit ran (epoch ms UTC).
+    """
+
+    query_id: str | None
+    head_batch_id: int
+    watermark_ms: int
+    audited_at_ms: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"query_id", "head_batch_id", "watermark_ms", "audited_at_ms"}``, JSON-ready."""
+        return {"query_id": self.query_id, "head_batch_id": self.head_batch_id,
+                "watermark_ms": self.watermark_ms, "audited_at_ms": self.audited_at_ms}
+
+    @classmethod
+    def from_dict(cls, value: Any, source: str) -> RememberedHead:
+        """Parse :meth:`to_dict`'s shape.
+
+        :param source: where the value came from, for the error message.
+        :raises MemoryFormatError: naming ``source`` and the field that is wrong.
+        """
+        if not isinstance(value, dict):
+            raise MemoryFormatError(f"{source}: expected an object with query_id, head_batch_id, watermark_ms, "
+                                    f"got {value!r}")
+        for key in ("head_batch_id", "watermark_ms", "audited_at_ms"):
+            if isinstance(value.get(key), bool) or not isinstance(value.get(key), int):
+                raise MemoryFormatError(f"{source}: {key} must be an integer, got {value.get(key)!r}")
+        if value.get("query_id") is not None and not isinstance(value["query_id"], str):
+            raise MemoryFormatError(f"{source}: query_id must be a string or null, got {value['query_id']!r}")
+        return cls(value.get("query_id"), value["head_batch_id"], value["watermark_ms"], value["audited_at_ms"])
+
+
+class AuditMemory(Protocol):
+    """Where remembered heads are kept (see the module docstring)."""
+
+    def load(self, location: str) -> RememberedHead | None:
+        """The head remembered for the checkpoint at ``location``, None if none."""
+
+    def save(self, location: str, head: RememberedHead) -> None:
+        """Remember ``head`` for the checkpoint at ``location``."""
+
+
+def memory_key(location: Any) -> str:
+    """The key a checkpoint is remembered under: its location, normalised.
+
+    A local path becomes absolute (``./cp`` and ``/home/x/cp`` are one checkpoint); a URL
+    (``s3://b/cp``) and any other location keep their text; trailing ``/`` are dropped.
+    """
+    text = os.fspath(location) if isinstance(location, os.PathLike) else str(location)
+    if "://" not in text:
+        text = os.path.abspath(text)
+    return text.rstrip("/") or "/"
+
+
+class StateFileMemory:
+    """A JSON state file (local path or fsspec URL) remembering one head per checkpoint.
+
+    The file is read once (on the first :meth:`load` or :meth:`save`) and rewritten whole on each
+    :meth:`save`, atomically where the filesystem can rename (a temp file beside it, then a move).
+    A missing file is an empty memory; a file that is not the shape in the module docstring
+    raises :class:`MemoryFormatError` and is never overwritten.
+
+    :param path: the state file location.
+    :param storage_options: passed to ``fsspec.core.url_to_fs``.
+    """
+
+    def __init__(self, path: Any, storage_options: dict[str, Any] | None = None):
+        import fsspec
+
+        self.path = os.fspath(path) if isinstance(path, os.PathLike) else str(path)
+        self._fs, self._fs_path = fsspec.core.url_to_fs(self.path, **(storage_options or {}))
+        self._entries: dict[str, Any] | None = None
+
+    def _read(self) -> dict[str, Any]:
+        if self._entries is not None:
+            return self._entries
+        try:
+            raw = self._fs.cat_file(self._fs_path)
+        except FileNotFoundError:
+            self._entries = {}
+            return self._entries
+        try:
+            state = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise MemoryFormatError(f"state file {self.path}: not JSON ({exc}); expected "
+                                    f'{{"version": {STATE_FILE_VERSION}, "checkpoints": {{...}}}}') from None
+        if not isinstance(state, dict) or not isinstance(state.get("checkpoints"), dict):
+            raise MemoryFormatError(f'state file {self.path}: expected {{"version": {STATE_FILE_VERSION}, '
+                                    f'"checkpoints": {{...}}}}, got {str(state)[:80]!r}')
+        if state.get("version") != STATE_FILE_VERSION:
+            raise MemoryFormatError(f"state file {self.path}: version {state.get('version')!r} is not "
+                                    f"{STATE_FILE_VERSION}, the only one this version of watermark-ops knows")
+        self._entries = state["checkpoints"]
+        return self._entries
+
+    def load(self, location: str) -> RememberedHead | None:
+        """The head remembered for ``location``, None if none.
+
+        :raises MemoryFormatError: when the state file or this checkpoint's entry is malformed.
+        """
+        key = memory_key(location)
+        value = self._read().get(key)
+        return None if value is None else RememberedHead.from_dict(value, f"state file {self.path}, entry {key!r}")
+
+    def save(self, location: str, head: RememberedHead) -> None:
+        """Remember ``head`` for ``location`` (other checkpoints' entries are kept).
+
+        :raises MemoryFormatError: when the existing file is malformed (it is left untouched).
+        """
+        entries = dict(self._read())
+        entries[memory_key(location)] = head.to_dict()
+        payload = json.dumps({"version": STATE_FILE_VERSION, "checkpoints": entries}, indent=2, sort_keys=True)
+        parent = self._fs._parent(self._fs_path)
+        if parent:
+            self._fs.makedirs(parent, exist_ok=True)
+        name = self._fs_path.rstrip("/").rsplit("/", 1)[-1]
+        temp = f"{parent}/.{name}.{uuid.uuid4().hex}.tmp" if parent else f".{name}.{uuid.uuid4().hex}.tmp"
+        self._fs.pipe_file(temp, (payload + "\n").encode())
+        self._fs.mv(temp, self._fs_path)
+        self._entries = entries

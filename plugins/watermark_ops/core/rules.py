@@ -1,0 +1,368 @@
+"""The audit rules: pure functions from batch records to findings.
+
+Each rule sees plain records (:class:`BatchRecord`: batch id, watermark, batch time, next
+watermark, committed, conf, files), built from :func:`watermark_ops.core.checkpoint.read_checkpoint`,
+and, for the memory rules, the head remembered by the previous audit
+(:mod:`watermark_ops.core.memory`). Each finding has a stable rule name, a severity, the batch id
+and the file it is about. :mod:`watermark_ops.core.audit` applies them all; a new rule is a new
+function here, listed in :data:`RULES` and called there.
+
+Why the rules hold (``MicroBatchExecution``, ``WatermarkTracker``): the global watermark only
+rises within a run; ``commits/N.nextBatchWatermarkMs`` is the watermark at the end of batch N, and
+a restart starts batch N+1 with ``max(offsets N batchWatermarkMs, commits N nextBatchWatermarkMs)``
+(``populateStartOffsets``), written into ``offsets/N+1``. So along batch ids the values
+``offsets[0].wm <= commits[0].next = offsets[1].wm <= commits[1].next = ...`` never decrease.
+
+Rules (name: severity, what):
+
+* ``watermark_regressed`` (error): a value of that chain below an earlier one (one finding per
+  step down); or, with memory, a batch after the remembered head whose watermark is below the
+  remembered next-batch watermark (the only evidence once the old files are purged). A re-run of
+  an in-flight batch uses its own offsets and is not a regression.
+* ``commit_offset_mismatch`` (error): ``commits/N.nextBatchWatermarkMs != offsets/N+1.batchWatermarkMs``.
+* ``commit_without_offsets`` (error; warning below the lowest offsets file, where an interrupted
+  purge leaves commits behind): ``commits/N`` without ``offsets/N``.
+* ``missing_batch`` (warning): a hole in the retained range: ``offsets/N`` missing between the
+  lowest and the head batch, or ``commits/N`` missing before the head (async progress tracking
+  leaves legitimate holes). Consecutive holes are one finding.
+* ``in_flight_batch`` (info): the head has offsets but no commit: running now, or its driver died;
+  the next start re-runs it with its own offsets.
+* ``conf_changed`` (warning): a recorded conf differs from the previous batch's (Spark freezes
+  them at the first batch, so a change means the checkpoint was edited or mixed); or a run asked
+  for a frozen conf (e.g. another ``spark.sql.streaming.multipleWatermarkPolicy``) that the
+  checkpoint overrode: the job's progress log beside the checkpoint records each run's
+  ``requested_conf``, while Spark writes the frozen value into every new offsets file
+  (``OffsetSeqMetadata.setSessionConf``), so the offsets alone never show that drift.
+* ``checkpoint_reset`` (error, memory): the query id changed: the checkpoint was replaced and the
+  watermark restarted from 0.
+* ``rewound`` (error, memory): the head batch id is below the remembered one (log files deleted,
+  or an old copy restored).
+* ``unreadable`` (error): a file (or the checkpoint) that could not be read or parsed
+  (:class:`watermark_ops.core.checkpoint.ReadProblem`; its kind starts the message).
+
+Pure core: imports neither Airflow nor Spark.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+from watermark_ops.core.checkpoint import Batch
+from watermark_ops.core.log_formats import ReadProblem
+from watermark_ops.core.memory import RememberedHead
+from watermark_ops.core.times import iso_utc
+
+__all__ = [
+    "ERROR",
+    "INFO",
+    "RULES",
+    "WARNING",
+    "BatchRecord",
+    "Finding",
+    "commit_offset_mismatch",
+    "commit_without_offsets",
+    "conf_changed",
+    "conf_requested_but_frozen",
+    "in_flight_batch",
+    "memory_rules",
+    "missing_batch",
+    "unreadable",
+    "watermark_regressed",
+]
+
+ERROR, WARNING, INFO = "error", "warning", "info"
+
+#: Every rule name with its (default) severity. Names are stable: alerts and dashboards key on them.
+RULES: dict[str, str] = {
+    "watermark_regressed": ERROR,
+    "commit_offset_mismatch": ERROR,
+    "commit_without_offsets": ERROR,
+    "missing_batch": WARNING,
+    "in_flight_batch": INFO,
+    "conf_changed": WARNING,
+    "checkpoint_reset": ERROR,
+    "rewound": ERROR,
+    "unreadable": ERROR,
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing the audit found.
+
+    :ivar rule: a name of :data:`RULES`.
+    :ivar severity: ``error`` | ``warning`` | ``info``.
+    :ivar batch_id: the batch concerned (the first of a range), None for the whole checkpoint.
+    :ivar file: the file concerned (for a missing file: where it should be), None if none.
+    :ivar message: for a human, with the values (ms and ISO-8601 UTC).
+    """
+
+    rule: str
+    severity: str
+    batch_id: int | None
+    file: str | None
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"rule", "severity", "batch_id", "file", "message"}``."""
+        return {"rule": self.rule, "severity": self.severity, "batch_id": self.batch_id,
+                "file": self.file, "message": self.message}
+
+
+@dataclass(frozen=True)
+class BatchRecord:
+    """What the rules know about one batch id (plain values; build with :meth:`from_batch`).
+
+    :ivar watermark_ms: offsets ``batchWatermarkMs`` (epoch ms UTC); None: no readable offsets file.
+    :ivar timestamp_ms: offsets ``batchTimestampMs`` (epoch ms UTC); None likewise.
+    :ivar next_watermark_ms: commits ``nextBatchWatermarkMs`` (epoch ms UTC); None when there is
+        no readable commit or it predates Spark 2.4 (no such field).
+    :ivar committed: a commit file exists.
+    :ivar has_offsets: an offsets file exists (readable or not).
+    """
+
+    batch_id: int
+    watermark_ms: int | None = None
+    timestamp_ms: int | None = None
+    next_watermark_ms: int | None = None
+    committed: bool = False
+    has_offsets: bool = True
+    conf: dict[str, str] | None = None
+    offsets_file: str | None = None
+    commit_file: str | None = None
+
+    @classmethod
+    def from_batch(cls, batch: Batch) -> BatchRecord:
+        """The record of a :class:`watermark_ops.core.checkpoint.Batch`."""
+        commit = batch.commit
+        return cls(
+            batch_id=batch.batch_id,
+            watermark_ms=batch.watermark_ms,
+            timestamp_ms=batch.timestamp_ms,
+            next_watermark_ms=commit.next_watermark_ms if commit is not None and commit.has_next_watermark else None,
+            committed=batch.committed,
+            has_offsets=batch.offsets_file is not None,
+            conf=batch.conf,
+            offsets_file=batch.offsets_file,
+            commit_file=batch.commit_file,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"batch_id", "watermark_ms", "timestamp_ms", "next_watermark_ms", "committed"}``."""
+        return {"batch_id": self.batch_id, "watermark_ms": self.watermark_ms, "timestamp_ms": self.timestamp_ms,
+                "next_watermark_ms": self.next_watermark_ms, "committed": self.committed}
+
+
+def _ms(ms: int) -> str:
+    return f"{ms} ({iso_utc(ms)})"
+
+
+def _path(location: str, log_name: str, batch_id: int) -> str:
+    return f"{location.rstrip('/')}/{log_name}/{batch_id}"
+
+
+def _finding(rule: str, batch_id: int | None, file: str | None, message: str, severity: str | None = None) -> Finding:
+    return Finding(rule, severity or RULES[rule], batch_id, file, message)
+
+
+# --------------------------------------------------------------------------------------------
+# Rules over records
+
+
+def watermark_regressed(records: Sequence[BatchRecord]) -> list[Finding]:
+    """Steps down along ``offsets[N].wm, commits[N].next, offsets[N+1].wm, ...`` (unknown values skipped)."""
+    findings = []
+    previous: tuple[int, str] | None = None  # (value, "offsets/N" or "commits/N")
+    highest: tuple[int, str] | None = None
+    for record in records:
+        for value, log_name, file in ((record.watermark_ms, "offsets", record.offsets_file),
+                                      (record.next_watermark_ms, "commits", record.commit_file)):
+            if value is None:
+                continue
+            where = f"{log_name}/{record.batch_id}"
+            if previous is not None and value < previous[0]:
+                field_name = "batchWatermarkMs" if log_name == "offsets" else "nextBatchWatermarkMs"
+                findings.append(_finding(
+                    "watermark_regressed", record.batch_id, file,
+                    f"{where} {field_name} {_ms(value)} is below {_ms(previous[0])} of {previous[1]} "
+                    f"(highest so far {_ms(highest[0])} in {highest[1]}): the watermark moved backwards "
+                    f"by {previous[0] - value} ms",
+                ))
+            previous = (value, where)
+            if highest is None or value > highest[0]:
+                highest = (value, where)
+    return findings
+
+
+def commit_offset_mismatch(records: Sequence[BatchRecord]) -> list[Finding]:
+    """``commits/N.nextBatchWatermarkMs != offsets/N+1.batchWatermarkMs`` where both are readable."""
+    by_id = {r.batch_id: r for r in records}
+    findings = []
+    for record in records:
+        following = by_id.get(record.batch_id + 1)
+        if record.next_watermark_ms is None or following is None or following.watermark_ms is None:
+            continue
+        if record.next_watermark_ms != following.watermark_ms:
+            findings.append(_finding(
+                "commit_offset_mismatch", following.batch_id, following.offsets_file,
+                f"offsets/{following.batch_id} batchWatermarkMs {_ms(following.watermark_ms)} differs from "
+                f"commits/{record.batch_id} nextBatchWatermarkMs {_ms(record.next_watermark_ms)}: Spark starts "
+                f"batch {following.batch_id} with the watermark batch {record.batch_id} committed",
+            ))
+    return findings
+
+
+def commit_without_offsets(records: Sequence[BatchRecord]) -> list[Finding]:
+    """Commit files whose batch has no offsets file."""
+    offsets_ids = [r.batch_id for r in records if r.has_offsets]
+    lowest = min(offsets_ids) if offsets_ids else None
+    findings = []
+    for record in records:
+        if record.committed and not record.has_offsets:
+            below = lowest is not None and record.batch_id < lowest
+            findings.append(_finding(
+                "commit_without_offsets", record.batch_id, record.commit_file,
+                f"commits/{record.batch_id} exists without offsets/{record.batch_id}"
+                + (f": below the lowest offsets file ({lowest}), left by an interrupted purge" if below
+                   else ": the offset log lost a batch that was committed"),
+                severity=WARNING if below else None,
+            ))
+    return findings
+
+
+def _ranges(ids: Iterable[int]) -> list[tuple[int, int]]:
+    ranges: list[tuple[int, int]] = []
+    for i in sorted(ids):
+        if ranges and i == ranges[-1][1] + 1:
+            ranges[-1] = (ranges[-1][0], i)
+        else:
+            ranges.append((i, i))
+    return ranges
+
+
+def missing_batch(records: Sequence[BatchRecord], location: str, has_commit_log: bool = True) -> list[Finding]:
+    """Holes inside the retained range (consecutive ids grouped into one finding)."""
+    offsets_ids = {r.batch_id for r in records if r.has_offsets}
+    if not offsets_ids:
+        return []
+    low, head = min(offsets_ids), max(offsets_ids)
+    findings = []
+    for first, last in _ranges(set(range(low, head + 1)) - offsets_ids):
+        span = f"offsets/{first}" if first == last else f"offsets/{first}..{last} ({last - first + 1} batches)"
+        findings.append(_finding(
+            "missing_batch", first, _path(location, "offsets", first),
+            f"{span} missing between offsets/{low} and offsets/{head} (async progress tracking leaves such "
+            f"holes; otherwise files were deleted)",
+        ))
+    if has_commit_log:
+        uncommitted = {r.batch_id for r in records if r.has_offsets and not r.committed and r.batch_id != head}
+        for first, last in _ranges(uncommitted):
+            span = f"commits/{first}" if first == last else f"commits/{first}..{last} ({last - first + 1} batches)"
+            findings.append(_finding(
+                "missing_batch", first, _path(location, "commits", first),
+                f"{span} missing although later batches exist (async progress tracking leaves such holes; "
+                f"otherwise files were deleted)",
+            ))
+    return findings
+
+
+def in_flight_batch(records: Sequence[BatchRecord], has_commit_log: bool = True) -> list[Finding]:
+    """The head batch with offsets and no commit (info)."""
+    heads = [r for r in records if r.has_offsets]
+    if not heads or not has_commit_log or heads[-1].committed:
+        return []
+    head = heads[-1]
+    restart = f" with its own offsets (watermark {_ms(head.watermark_ms)})" if head.watermark_ms is not None else ""
+    return [_finding(
+        "in_flight_batch", head.batch_id, head.offsets_file,
+        f"offsets/{head.batch_id} has no commits/{head.batch_id}: batch {head.batch_id} is in flight (running now, "
+        f"or its driver died); the next start re-runs it{restart}",
+    )]
+
+
+def conf_changed(records: Sequence[BatchRecord]) -> list[Finding]:
+    """Confs that differ from the previous batch that recorded them (keys in both only)."""
+    findings = []
+    previous: tuple[int, dict[str, str]] | None = None
+    for record in records:
+        if not record.conf:
+            continue
+        if previous is not None:
+            before_id, before = previous
+            for key in sorted(set(before) & set(record.conf)):
+                if before[key] != record.conf[key]:
+                    findings.append(_finding(
+                        "conf_changed", record.batch_id, record.offsets_file,
+                        f"{key} is {record.conf[key]!r} in offsets/{record.batch_id} but {before[key]!r} in "
+                        f"offsets/{before_id}: Spark freezes it at the first batch and ignores a new value",
+                    ))
+        previous = (record.batch_id, record.conf)
+    return findings
+
+
+def conf_requested_but_frozen(records: Sequence[BatchRecord], progress_records: Iterable[dict[str, Any]],
+                              progress_file: str | None, query_id: str | None) -> list[Finding]:
+    """``conf_changed`` for runs whose requested conf the checkpoint overrode (one per run and key).
+
+    :param progress_records: the job's progress-log records (``batch_id``, ``run_id``,
+        ``query_id``, ``requested_conf``; see ``spark_jobs/streaming_common.py``).
+    :param progress_file: the progress log's location, named in the findings.
+    :param query_id: the checkpoint's query id; records of other queries are ignored.
+    """
+    by_id = {r.batch_id: r for r in records if r.conf}
+    findings, seen = [], set()
+    for progress in progress_records:
+        record = by_id.get(progress.get("batch_id"))
+        requested = progress.get("requested_conf") or {}
+        if record is None or (query_id and progress.get("query_id") != query_id):
+            continue
+        for key in sorted(set(requested) & set(record.conf)):
+            if str(requested[key]) != str(record.conf[key]) and (progress.get("run_id"), key) not in seen:
+                seen.add((progress.get("run_id"), key))
+                findings.append(_finding(
+                    "conf_changed", record.batch_id, progress_file,
+                    f"the run starting at batch {record.batch_id} asked for {key}={requested[key]!r}, but the "
+                    f"checkpoint keeps {record.conf[key]!r} (offsets/{record.batch_id}): Spark froze it at the "
+                    f"first batch and ignored the new value",
+                ))
+    return findings
+
+
+def memory_rules(records: Sequence[BatchRecord], remembered: RememberedHead | None, *, query_id: str | None,
+                 head_batch_id: int | None, location: str) -> list[Finding]:
+    """``checkpoint_reset``, ``rewound`` and ``watermark_regressed`` against the remembered head."""
+    if remembered is None:
+        return []
+    when = iso_utc(remembered.audited_at_ms)
+    if remembered.query_id and query_id and remembered.query_id != query_id:
+        return [_finding(
+            "checkpoint_reset", None, f"{location.rstrip('/')}/metadata",
+            f"query id is {query_id}, the audit of {when} saw {remembered.query_id} (head batch "
+            f"{remembered.head_batch_id}, watermark {_ms(remembered.watermark_ms)}): the checkpoint was replaced "
+            f"and the watermark restarted from 0",
+        )]
+    findings = []
+    if head_batch_id is None or head_batch_id < remembered.head_batch_id:
+        now = "no batch" if head_batch_id is None else f"head batch {head_batch_id}"
+        findings.append(_finding(
+            "rewound", head_batch_id, _path(location, "offsets", head_batch_id) if head_batch_id is not None else location,
+            f"{now} but the audit of {when} saw head batch {remembered.head_batch_id}: offset-log files were "
+            f"deleted or an old copy of the checkpoint restored; Spark will re-run batches already committed",
+        ))
+    later = [r for r in records if r.batch_id > remembered.head_batch_id and r.watermark_ms is not None
+             and r.watermark_ms < remembered.watermark_ms]
+    if later:
+        first = later[0]
+        more = f" (and {len(later) - 1} later batches)" if len(later) > 1 else ""
+        findings.append(_finding(
+            "watermark_regressed", first.batch_id, first.offsets_file,
+            f"offsets/{first.batch_id} batchWatermarkMs {_ms(first.watermark_ms)} is below {_ms(remembered.watermark_ms)}, "
+            f"the watermark the audit of {when} saw for the batch after head {remembered.head_batch_id}{more}",
+        ))
+    return findings
+
+
+def unreadable(problems: Iterable[ReadProblem]) -> list[Finding]:
+    """One ``unreadable`` finding per read problem."""
+    return [_finding("unreadable", p.batch_id, p.file, f"[{p.kind}] {p.message}") for p in problems]

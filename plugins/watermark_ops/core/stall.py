@@ -1,0 +1,464 @@
+"""Classify a checkpoint's watermark at an instant: advancing, idle, stalled, lagging or jumped.
+
+A watermark that stops moving silently stops a streaming pipeline: append-mode windows never
+close, state grows, downstream tables stay incomplete. This module reads the offset log, the
+commit log (:func:`watermark_ops.core.checkpoint.read_checkpoint`) and, when present, the job's
+progress log (``<checkpoint>.progress.jsonl``, :mod:`watermark_ops.core.progress`) and tells which of
+five states the watermark is in, with the evidence (batch ids, watermarks, source offsets, times).
+
+Pure core: imports neither Airflow nor Spark. Times are epoch milliseconds UTC (``int``) inside;
+pendulum only at the edges (parsing ``at``, ISO-8601 text in :meth:`Classification.to_dict`).
+
+Terms
+-----
+* A batch's *watermark* is offsets ``batchWatermarkMs`` (the watermark it ran with); its *next
+  watermark* is commits ``nextBatchWatermarkMs`` (computed at its end). The *current watermark*
+  is what the next batch starts from (``MicroBatchExecution.populateStartOffsets``): the head
+  batch committed → ``max(watermark, next watermark)``; in flight → its own watermark.
+* A *data batch* is a batch whose source offsets differ from the previous batch's (offsets file
+  lines 3+, in plan order): new input arrived. The trailing no-data batch of ``availableNow``
+  repeats the previous offsets and is not one. Batch 0 is a data batch for every source with an
+  offset. The first retained batch after a purge (``minBatchesToRetain``) has no predecessor on
+  disk: its inputs are taken from the progress log (per-source ``input_rows``), else unknown.
+* The watermark *moved* in batch N when ``next watermark > watermark`` (or when N started above
+  the previous batch's next watermark). Under the ``min`` multiple-watermark policy (the default,
+  ``spark.sql.streaming.multipleWatermarkPolicy``, frozen in each offsets file's ``conf``) the
+  global watermark moves only when every watermarked input has seen data since the query
+  started: Spark persists only the global value, so after a restart every input's own value
+  starts again from 0 (``WatermarkTracker``; SPARK-50046).
+
+The five states (precedence when several apply: ``jumped`` > ``stalled`` > ``lagging`` > ``idle`` >
+``advancing``; :data:`STATES`)
+--------------------------------------------------------------------------------------------
+* ``jumped``: the current watermark is ahead of the latest batch's processing time
+  (``batchTimestampMs``) by more than ``max_skew``: a future-dated record. The watermark never
+  goes back, so every later on-time row will be dropped as late: an alarm of its own, and one
+  that does not heal by waiting.
+* ``stalled``: input keeps arriving but the watermark does not move: at least ``stall_batches``
+  committed data batches since the watermark last moved, or at least two spanning
+  ``stall_window`` of processing time. Causes seen on real Spark: one input without data under
+  ``min``; inputs taking turns across restarts (SPARK-50046); an event-time column that is null
+  (or filtered out) for every new row; new rows all older than the watermark.
+* ``lagging``: the latest batch's processing time minus the current watermark exceeds
+  ``max_lag``. Lag is measured against the latest batch time, what the pipeline itself knows,
+  not against the evaluation instant: an idle pipeline does not lag more by waiting. A replay of
+  old data (the flights of 2013 processed in 2026) lags by years: that is a backlog, truthfully
+  reported; disable the check (``max_lag=None``) for a deliberate replay.
+* ``idle``: no data batch within ``idle_after`` before the evaluation instant. Not an alarm by
+  itself (as Flink's idleness teaches); an alarm past ``max_idle``.
+* ``advancing``: none of the above: input arrived within ``idle_after`` and the watermark moved
+  within the stall window (or there are not yet enough data batches to call a stall; the reasons
+  say so).
+
+``alarm`` is true for ``jumped``, ``stalled``, ``lagging``, and for idleness past ``max_idle``
+(whatever the state).
+
+The evaluation instant (``at``, default now)
+-------------------------------------------
+Only batches whose ``batchTimestampMs`` is at or before ``at`` are considered (progress records
+likewise by ``timestamp_ms``), so a classification can be reproduced later: as long as the files
+are retained, evaluating at a past instant gives what an evaluation at that instant gave. The
+commit of a batch that started before ``at`` but committed after it is counted (file contents
+carry no commit time). ``at`` drives idleness only; lag and skew use the batches' own processing
+times, which are real wall-clock values even when the events are years old.
+Public API
+----------
+``classify(checkpoint, progress_records, thresholds, at_ms)`` (an already read checkpoint),
+``classify_at(checkpoint, thresholds, at_ms)`` (the same with the progress log beside it),
+``evaluate(location, thresholds, at=...)`` (reads, then classifies), ``Classification``,
+``BatchFacts``, the state names. The thresholds are :class:`watermark_ops.core.thresholds.Thresholds`;
+the one evaluation the Airflow sensors and trigger share is :func:`watermark_ops.core.checks.check`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+from watermark_ops.core.checkpoint import Checkpoint, read_checkpoint
+from watermark_ops.core.facts import BatchFacts, batch_facts, inputs_evidence, last_move, progress_by_batch
+from watermark_ops.core.progress import progress_log_path, read_progress_log
+from watermark_ops.core.thresholds import DEFAULT_THRESHOLDS, Thresholds
+from watermark_ops.core.times import duration_ms as _ms
+from watermark_ops.core.times import duration_words as _words
+from watermark_ops.core.times import instant_ms, iso_utc, now_ms
+
+__all__ = [
+    "ADVANCING",
+    "IDLE",
+    "JUMPED",
+    "LAGGING",
+    "POLICY_CONF",
+    "STALLED",
+    "STATES",
+    "BatchFacts",
+    "CheckpointMissing",
+    "Classification",
+    "StallInputError",
+    "classify",
+    "classify_at",
+    "evaluate",
+]
+
+JUMPED, STALLED, LAGGING, IDLE, ADVANCING = "jumped", "stalled", "lagging", "idle", "advancing"
+#: The five states in precedence order: the first that applies is reported.
+STATES = (JUMPED, STALLED, LAGGING, IDLE, ADVANCING)
+#: The offsets ``conf`` key of the multiple-watermark policy (``min`` | ``max``).
+POLICY_CONF = "spark.sql.streaming.multipleWatermarkPolicy"
+
+
+class StallInputError(ValueError):
+    """The checkpoint cannot be classified: missing, not a checkpoint, or its head batch unreadable.
+
+    :ivar location: the checkpoint location.
+    :ivar problems: the reader's problems (``ReadProblem.to_dict()`` dicts), each naming its file.
+    """
+
+    def __init__(self, location: str, message: str, problems: Sequence[dict[str, Any]] = ()):
+        super().__init__(f"{location}: {message}")
+        self.location = location
+        self.problems = list(problems)
+
+
+class CheckpointMissing(StallInputError):
+    """No checkpoint folder at the location (the job has not run yet, or a wrong path)."""
+
+
+
+# --------------------------------------------------------------------------------------------
+# The classification
+
+
+@dataclass(frozen=True)
+class Classification:
+    """The state of a checkpoint's watermark at an instant, with its evidence (epoch ms UTC).
+
+    :ivar state: one of :data:`STATES`.
+    :ivar alarm: True for ``jumped``, ``stalled``, ``lagging`` and idleness past ``max_idle``.
+    :ivar applies: every state whose condition holds, in precedence order (``state`` is the first;
+        ``advancing`` only when nothing else holds).
+    :ivar reasons: one sentence per condition that holds (and why ``advancing`` when nothing does).
+    :ivar hints: likely causes of a stall, read from the evidence.
+    :ivar watermark_ms: the current watermark (what the next batch starts from); None without batches.
+    :ivar emitted_through_ms: the watermark the latest *committed* batch ran with: append-mode
+        windows ending at or before it are in the sink. Lower than ``watermark_ms`` until a batch
+        runs with the new watermark (``availableNow``'s trailing no-data batch does at once;
+        ``Trigger.Once`` one run later).
+    :ivar lag_ms: latest batch time minus ``watermark_ms``; None while the watermark is 0 (never set).
+    :ivar skew_ms: ``watermark_ms`` minus the latest batch time (positive: ahead of processing time).
+    :ivar idle_ms: ``evaluated_at_ms`` minus the latest data batch's time; without any identified
+        data batch, minus the first batch's time (a lower bound); None without batches.
+    :ivar latest_batch / latest_data_batch: :class:`BatchFacts` or None.
+    :ivar last_move: ``{"batch_id", "timestamp_ms", "from_ms", "to_ms"}`` of the latest batch in
+        which the watermark moved, None if it never moved in the retained logs.
+    :ivar flat_data_batches: the committed data batches since the last move (the stall evidence).
+    :ivar jump: ``{"batch_id", "timestamp_ms", "from_ms", "to_ms"}``: the batch whose watermark
+        first ran ahead of its processing time by more than ``max_skew`` (when jumped).
+    :ivar inputs: per source (plan order): ``{"source", "description", "offset",
+        "last_advanced_batch", "last_advanced_ms"}``.
+    :ivar policy: the frozen ``spark.sql.streaming.multipleWatermarkPolicy`` (None if not recorded).
+    :ivar problems: files that could not be read (each names its file) and bad progress-log lines.
+    """
+
+    location: str
+    state: str
+    alarm: bool
+    applies: tuple[str, ...]
+    reasons: tuple[str, ...]
+    hints: tuple[str, ...]
+    evaluated_at_ms: int
+    thresholds: Thresholds
+    query_id: str | None = None
+    watermark_ms: int | None = None
+    emitted_through_ms: int | None = None
+    lag_ms: int | None = None
+    skew_ms: int | None = None
+    idle_ms: int | None = None
+    latest_batch: BatchFacts | None = None
+    latest_data_batch: BatchFacts | None = None
+    last_move: dict[str, Any] | None = None
+    flat_data_batches: tuple[BatchFacts, ...] = ()
+    jump: dict[str, Any] | None = None
+    inputs: tuple[dict[str, Any], ...] = ()
+    policy: str | None = None
+    problems: tuple[str, ...] = field(default=())
+
+    @property
+    def healthy(self) -> bool:
+        """Not an alarm."""
+        return not self.alarm
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: every attribute, instants also as ISO-8601 UTC text (``watermark``,
+        ``emitted_through``, ``evaluated_at``), batches as :meth:`BatchFacts.to_dict`."""
+        return {
+            "location": self.location,
+            "state": self.state,
+            "alarm": self.alarm,
+            "applies": list(self.applies),
+            "reasons": list(self.reasons),
+            "hints": list(self.hints),
+            "evaluated_at_ms": self.evaluated_at_ms,
+            "evaluated_at": iso_utc(self.evaluated_at_ms),
+            "query_id": self.query_id,
+            "watermark_ms": self.watermark_ms,
+            "watermark": iso_utc(self.watermark_ms),
+            "emitted_through_ms": self.emitted_through_ms,
+            "emitted_through": iso_utc(self.emitted_through_ms),
+            "lag_ms": self.lag_ms,
+            "skew_ms": self.skew_ms,
+            "idle_ms": self.idle_ms,
+            "latest_batch": self.latest_batch.to_dict() if self.latest_batch else None,
+            "latest_data_batch": self.latest_data_batch.to_dict() if self.latest_data_batch else None,
+            "last_move": self.last_move,
+            "flat_data_batches": [b.to_dict() for b in self.flat_data_batches],
+            "jump": self.jump,
+            "inputs": list(self.inputs),
+            "policy": self.policy,
+            "thresholds": self.thresholds.to_dict(),
+            "problems": list(self.problems),
+        }
+
+    def summary(self) -> str:
+        """One line: state, alarm, watermark, lag, latest batch, first reason."""
+        head = self.latest_batch
+        parts = [
+            f"{self.location}: {self.state}{' (ALARM)' if self.alarm else ''}",
+            f"watermark {iso_utc(self.watermark_ms) or 'none'}",
+            f"lag {_words(self.lag_ms)}",
+            f"latest batch {head.batch_id} at {iso_utc(head.timestamp_ms)}" if head else "no batch",
+        ]
+        return "; ".join(parts) + (f": {self.reasons[0]}" if self.reasons else "")
+
+
+def _stall_hints(flat: Sequence[BatchFacts], n_inputs: int, policy: str | None) -> list[str]:
+    hints: list[str] = []
+    rows = [b for b in flat if b.input_rows]
+    if rows and all(b.event_time_max_ms is None for b in rows):
+        total = sum(b.input_rows or 0 for b in rows)
+        hints.append(
+            f"no event time was observed in the {total} input rows of these batches: the event-time column is "
+            f"null (or filtered out before withWatermark) for every new row"
+        )
+    known = [b for b in flat if b.inputs_advanced is not None]
+    if n_inputs >= 2 and known and (policy or "min") == "min":
+        seen = set().union(*(b.inputs_advanced for b in known))
+        never = [i for i in range(n_inputs) if i not in seen]
+        if never:
+            hints.append(
+                f"input(s) {', '.join(map(str, never))} got no data in these batches: under the 'min' "
+                f"multiple-watermark policy the global watermark waits for the slowest input"
+            )
+        else:
+            runs: dict[Any, set[int]] = {}
+            for b in known:
+                runs.setdefault(b.run_id or ("batch", b.batch_id), set()).update(b.inputs_advanced)
+            if all(len(inputs) < n_inputs for inputs in runs.values()):
+                hints.append(
+                    "every input got data, but no run (restart) saw data on all inputs: Spark persists only the "
+                    "global watermark, so after a restart each input's own watermark starts again from 0 and under "
+                    "'min' the global one cannot rise until every input sees data in the same run (SPARK-50046)"
+                )
+    if known and not hints:
+        hints.append("input arrived but the watermark did not move: the new rows' event times may all be older "
+                     "than the current watermark plus the delay threshold (late or replayed data)")
+    return hints
+
+
+def _check_readable(checkpoint: Checkpoint) -> None:
+    """Raise when the checkpoint cannot be classified at all (see :func:`classify`)."""
+    as_dicts = [p.to_dict() for p in checkpoint.problems]
+    fatal = [p for p in checkpoint.problems if p.batch_id is None and p.kind in ("checkpoint_missing", "not_a_checkpoint", "unreadable")]
+    if any(p.kind == "checkpoint_missing" for p in fatal):
+        raise CheckpointMissing(checkpoint.location, "no checkpoint folder at this location", as_dicts)
+    if fatal:
+        raise StallInputError(checkpoint.location, "; ".join(f"{p.kind}: {p.message}" for p in fatal), as_dicts)
+    head_id = checkpoint.head_batch_id
+    if head_id is not None and checkpoint.batch(head_id).offsets is None:
+        raise StallInputError(
+            checkpoint.location,
+            f"the head batch's offsets file {checkpoint.batch(head_id).offsets_file} cannot be read: "
+            + "; ".join(p.message for p in checkpoint.problems if p.batch_id == head_id),
+            as_dicts,
+        )
+
+
+def _jumped(facts: Sequence[BatchFacts], watermark: int, skew: int, t: Thresholds) -> tuple[str, dict[str, Any] | None]:
+    """The ``jumped`` reason and the batch whose watermark first ran ahead of its time by more than ``max_skew``."""
+    jump = None
+    for b in facts:
+        end = b.end_watermark_ms
+        if end is not None and end - b.timestamp_ms > _ms(t.max_skew):
+            jump = {"batch_id": b.batch_id, "timestamp_ms": b.timestamp_ms, "from_ms": b.watermark_ms, "to_ms": end}
+            break
+    where = f" since batch {jump['batch_id']} (from {iso_utc(jump['from_ms'])})" if jump else ""
+    reason = (
+        f"jumped: the watermark {iso_utc(watermark)} is {_words(skew)} ahead of the latest batch time "
+        f"{iso_utc(facts[-1].timestamp_ms)} (max skew {_words(_ms(t.max_skew))}){where}: a future-dated record; "
+        f"every later on-time row will be dropped as late"
+    )
+    return reason, jump
+
+
+def _stalled(flat: Sequence[BatchFacts], move: dict[str, Any] | None, watermark: int, t: Thresholds) -> str | None:
+    """The ``stalled`` reason when enough data batches (or a long enough span) passed without a move, else None."""
+    span = flat[-1].timestamp_ms - flat[0].timestamp_ms if len(flat) >= 2 else 0
+    by_count = len(flat) >= t.stall_batches
+    by_window = len(flat) >= 2 and t.stall_window is not None and span >= _ms(t.stall_window)
+    if not (by_count or by_window):
+        return None
+    since = (f"since batch {move['batch_id']} ({iso_utc(move['timestamp_ms'])})" if move
+             else "in the retained logs")
+    rule = (f"{len(flat)} >= {t.stall_batches} data batches" if by_count
+            else f"data batches over {_words(span)} >= stall window {_words(_ms(t.stall_window))}")
+    return (f"stalled: input arrived in {len(flat)} data batches ({flat[0].batch_id}..{flat[-1].batch_id}) but the "
+            f"watermark stayed at {iso_utc(watermark)} {since} ({rule})")
+
+
+def _idle(facts: Sequence[BatchFacts], latest_data: BatchFacts | None, idle: int, idle_too_long: bool,
+          empty_triggers: Sequence[dict[str, Any]], t: Thresholds) -> str:
+    """The ``idle`` reason: since when no input arrived, against ``max_idle``, and the empty triggers since."""
+    last = (f"the latest data batch {latest_data.batch_id} at {iso_utc(latest_data.timestamp_ms)}" if latest_data
+            else f"no data batch in the retained logs (first batch {facts[0].batch_id} at {iso_utc(facts[0].timestamp_ms)})")
+    limit = (f"longer than max idle {_words(_ms(t.max_idle))}" if idle_too_long
+             else f"max idle {_words(_ms(t.max_idle))}" if t.max_idle is not None else "max idle disabled")
+    empty = [r for r in empty_triggers if latest_data is None or (r.get("timestamp_ms") or 0) > latest_data.timestamp_ms]
+    ran = (f"; the job ran {len(empty)} trigger(s) without input since, the last at {empty[-1].get('timestamp')}"
+           if empty else "")
+    return f"idle: no new input for {_words(idle)} since {last} ({limit}){ran}"
+
+
+def _advancing(move: dict[str, Any] | None, flat: Sequence[BatchFacts], idle: int, t: Thresholds) -> str:
+    """Why ``advancing``: the latest move, or too few data batches to call a stall."""
+    if move is not None and not flat:
+        why = f"the watermark moved in batch {move['batch_id']} ({iso_utc(move['from_ms'])} -> {iso_utc(move['to_ms'])})"
+    else:
+        why = (f"the watermark has not moved over {len(flat)} data batch(es), fewer than the "
+               f"{t.stall_batches} (or the {_words(_ms(t.stall_window))} window) needed to call a stall")
+    return f"advancing: input arrived {_words(idle)} before the evaluation instant and {why}"
+
+
+def classify(checkpoint: Checkpoint, progress_records: Iterable[dict[str, Any]] = (),
+             thresholds: Thresholds = DEFAULT_THRESHOLDS, at_ms: int | None = None,
+             extra_problems: Iterable[str] = ()) -> Classification:
+    """Classify the watermark of an already read checkpoint at ``at_ms`` (see the module docstring).
+
+    :param checkpoint: from :func:`watermark_ops.core.checkpoint.read_checkpoint`.
+    :param progress_records: the job's progress-log records (``ProgressLog.records``), optional:
+        they add input rows, observed event times and run ids to the evidence.
+    :param thresholds: :class:`Thresholds`.
+    :param at_ms: the evaluation instant, epoch ms UTC (default now).
+    :param extra_problems: messages to carry into ``problems`` (e.g. bad progress-log lines).
+    :return: a :class:`Classification`.
+    :raises CheckpointMissing: no checkpoint folder at the location.
+    :raises StallInputError: not a checkpoint, or the head batch's offsets cannot be read.
+    """
+    at_ms = now_ms() if at_ms is None else at_ms
+    problems = [f"{p.kind}: {p.file}: {p.message}" for p in checkpoint.problems] + list(extra_problems)
+    _check_readable(checkpoint)
+    by_batch, empty_triggers = progress_by_batch(progress_records, checkpoint.query_id, at_ms)
+    facts = batch_facts(checkpoint, by_batch, at_ms)
+    base = dict(location=checkpoint.location, evaluated_at_ms=at_ms, thresholds=thresholds,
+                query_id=checkpoint.query_id, problems=tuple(problems))
+    if not facts:
+        reason = (f"no batch at or before {iso_utc(at_ms)}" if checkpoint.batches
+                  else "the checkpoint has no batch yet")
+        return Classification(state=IDLE, alarm=False, applies=(IDLE,), reasons=(f"idle: {reason}",), hints=(), **base)
+
+    head = facts[-1]
+    policy = (checkpoint.batch(head.batch_id).conf or {}).get(POLICY_CONF)
+    watermark = head.end_watermark_ms if head.committed and head.end_watermark_ms is not None else head.watermark_ms
+    committed = [b for b in facts if b.committed]
+    emitted_through = committed[-1].watermark_ms if committed else None
+    lag = head.timestamp_ms - watermark if watermark > 0 else None
+    skew = watermark - head.timestamp_ms
+    data = [b for b in facts if b.is_data]
+    latest_data = data[-1] if data else None
+    idle = at_ms - (latest_data or facts[0]).timestamp_ms
+    move = last_move(facts)
+    flat = tuple(b for b in data if b.committed and b.next_watermark_ms is not None
+                 and (move is None or b.batch_id > move["batch_id"]))
+    t = thresholds
+    applies: list[str] = []
+    reasons: list[str] = []
+    hints: list[str] = []
+    jump = None
+
+    if t.max_skew is not None and skew > _ms(t.max_skew):
+        applies.append(JUMPED)
+        reason, jump = _jumped(facts, watermark, skew, t)
+        reasons.append(reason)
+    stalled = _stalled(flat, move, watermark, t)
+    if stalled:
+        applies.append(STALLED)
+        reasons.append(stalled)
+        hints = _stall_hints(flat, len(head.sources), policy)
+    if t.max_lag is not None and lag is not None and lag > _ms(t.max_lag):
+        applies.append(LAGGING)
+        reasons.append(
+            f"lagging: the watermark {iso_utc(watermark)} is {_words(lag)} behind the latest batch time "
+            f"{iso_utc(head.timestamp_ms)} (max lag {_words(_ms(t.max_lag))})"
+        )
+    idle_too_long = t.max_idle is not None and idle > _ms(t.max_idle)
+    if latest_data is None or idle > _ms(t.idle_after):
+        applies.append(IDLE)
+        reasons.append(_idle(facts, latest_data, idle, idle_too_long, empty_triggers, t))
+    if not applies:
+        reasons.append(_advancing(move, flat, idle, t))
+    if watermark == 0:
+        reasons.append("the watermark is 0: no watermarked input has set it yet (lag is undefined)")
+
+    state = applies[0] if applies else ADVANCING
+    alarm = state in (JUMPED, STALLED, LAGGING) or idle_too_long
+    return Classification(
+        state=state, alarm=alarm, applies=tuple(applies) or (ADVANCING,), reasons=tuple(reasons), hints=tuple(hints),
+        watermark_ms=watermark, emitted_through_ms=emitted_through, lag_ms=lag, skew_ms=skew, idle_ms=idle,
+        latest_batch=head, latest_data_batch=latest_data, last_move=move, flat_data_batches=flat, jump=jump,
+        inputs=inputs_evidence(facts, by_batch), policy=policy, **base,
+    )
+
+
+def classify_at(checkpoint: Checkpoint, thresholds: Thresholds = DEFAULT_THRESHOLDS, at_ms: int | None = None,
+                progress_log: str | None = None) -> Classification:
+    """:func:`classify` with the job's progress log read first.
+
+    A missing log is no problem; a log that cannot be read, and its bad lines, are carried into
+    ``problems``.
+
+    :param at_ms: the evaluation instant, epoch ms UTC; default now, taken *after* reading, so
+        that every batch the read saw counts (a batch whose time is after the start of a slow read
+        is not "after the evaluation instant").
+    :param progress_log: the log's location; default beside the checkpoint,
+        ``<checkpoint>.progress.jsonl`` (:func:`watermark_ops.core.progress.progress_log_path`).
+    :raises CheckpointMissing: / :raises StallInputError: see :func:`classify`.
+    """
+    path = progress_log or progress_log_path(checkpoint.location)
+    records: list[dict[str, Any]] = []
+    extra: list[str] = []
+    try:
+        log = read_progress_log(path)
+        records, extra = log.records, list(log.problems)
+    except OSError as exc:
+        extra.append(f"progress log {path} cannot be read: {exc!r}")
+    return classify(checkpoint, records, thresholds, now_ms() if at_ms is None else at_ms, extra)
+
+
+def evaluate(location: Any, thresholds: Thresholds = DEFAULT_THRESHOLDS, *, at: Any = None,
+             storage_options: dict[str, Any] | None = None, with_progress_log: bool = True) -> Classification:
+    """Read a checkpoint (and its progress log) and classify its watermark at ``at``.
+
+    :param location: checkpoint folder: local path, fsspec URL (``s3://``, ``memory://``, ...).
+    :param thresholds: :class:`Thresholds`.
+    :param at: the evaluation instant (:func:`watermark_ops.core.times.instant_ms`: aware datetime,
+        ISO-8601 text, epoch ms); default now, taken once the files are read.
+    :param storage_options: fsspec options for the checkpoint's filesystem.
+    :param with_progress_log: read ``<location>.progress.jsonl`` when present (a missing log is
+        not an error; an unreadable one is reported in ``problems``).
+    :raises CheckpointMissing: / :raises StallInputError: see :func:`classify`.
+    :raises ValueError: for a bad ``at``.
+    """
+    at_ms = None if at is None else instant_ms(at)
+    checkpoint = read_checkpoint(location, storage_options=storage_options)
+    if with_progress_log and isinstance(location, str):
+        return classify_at(checkpoint, thresholds, at_ms, progress_log_path(location))
+    return classify(checkpoint, (), thresholds, now_ms() if at_ms is None else at_ms)

@@ -1,0 +1,100 @@
+"""The thresholds of the stall classification (:mod:`watermark_ops.core.stall`).
+
+Durations are plain ``datetime.timedelta`` values (or None: that check is disabled); people give
+them as seconds or ISO-8601 durations (``PT6H``), parsed by :func:`watermark_ops.core.times.duration`.
+:meth:`Thresholds.to_dict` / :meth:`Thresholds.from_dict` are the JSON form (milliseconds) that an
+Airflow trigger serializes.
+
+Pure core: imports neither Airflow nor Spark.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from datetime import timedelta
+from typing import Any
+
+from watermark_ops.core.times import duration, duration_ms
+
+__all__ = ["DEFAULT_THRESHOLDS", "Thresholds"]
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """The thresholds of the classification (all durations are ``datetime.timedelta``).
+
+    :ivar idle_after: no data batch for this long before the evaluation instant → ``idle``
+        (default 15 minutes: a few triggers of a frequently scheduled job).
+    :ivar max_idle: idle for longer than this → alarm (default 1 day; raise it above the
+        schedule interval of a daily job, e.g. 26 hours). None: idleness never alarms.
+    :ivar max_lag: latest batch time minus the current watermark above this → ``lagging``
+        (default 6 hours: the job's delay threshold plus its schedule interval must fit under
+        it). None: the check is disabled (a deliberate replay of old data).
+    :ivar max_skew: the current watermark ahead of the latest batch time by more than this →
+        ``jumped`` (default 5 minutes: well above clock skew between producers and the driver,
+        well below a mistyped date). None: disabled.
+    :ivar stall_window: two or more data batches spanning this much processing time without the
+        watermark moving → ``stalled`` (default 1 hour). None: only ``stall_batches`` counts.
+    :ivar stall_batches: this many data batches without the watermark moving → ``stalled``
+        (a count, default 3).
+
+    Each duration accepts what :func:`duration` accepts; values are normalised to plain
+    ``timedelta`` (or None).
+
+    :raises ValueError: for a bad value, naming the threshold.
+    """
+
+    idle_after: timedelta = timedelta(minutes=15)
+    max_idle: timedelta | None = timedelta(days=1)
+    max_lag: timedelta | None = timedelta(hours=6)
+    max_skew: timedelta | None = timedelta(minutes=5)
+    stall_window: timedelta | None = timedelta(hours=1)
+    stall_batches: int = 3
+
+    def __post_init__(self) -> None:
+        for item in fields(self):
+            if item.name == "stall_batches":
+                continue
+            value = duration(getattr(self, item.name), item.name)
+            if value is None and item.name == "idle_after":
+                raise ValueError("idle_after: a duration is required (it defines idleness)")
+            object.__setattr__(self, item.name, value)
+        batches = self.stall_batches
+        if isinstance(batches, str) and batches.strip().isdigit():
+            batches = int(batches)
+        if isinstance(batches, bool) or not isinstance(batches, int) or batches < 1:
+            raise ValueError(f"stall_batches: expected a whole number >= 1, got {self.stall_batches!r}")
+        object.__setattr__(self, "stall_batches", batches)
+
+    def to_dict(self) -> dict[str, int | None]:
+        """JSON-ready: ``{"idle_after_ms", "max_idle_ms", "max_lag_ms", "max_skew_ms",
+        "stall_window_ms", "stall_batches"}`` (ms ints, None when disabled)."""
+        out: dict[str, int | None] = {
+            f"{item.name}_ms": duration_ms(getattr(self, item.name)) for item in fields(self) if item.name != "stall_batches"
+        }
+        out["stall_batches"] = self.stall_batches
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Thresholds:
+        """The inverse of :meth:`to_dict` (missing keys take the defaults).
+
+        :raises ValueError: for an unknown key or a bad value.
+        """
+        known = {f"{item.name}_ms": item.name for item in fields(cls) if item.name != "stall_batches"}
+        unknown = set(data) - set(known) - {"stall_batches"}
+        if unknown:
+            raise ValueError(f"unknown threshold keys {sorted(unknown)}; expected {sorted(known) + ['stall_batches']}")
+        kwargs: dict[str, Any] = {}
+        for key, name in known.items():
+            if key in data:
+                value = data[key]
+                if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                    raise ValueError(f"{key}: expected milliseconds (int) or null, got {value!r}")
+                kwargs[name] = None if value is None else timedelta(milliseconds=value)
+        if "stall_batches" in data:
+            kwargs["stall_batches"] = data["stall_batches"]
+        return cls(**kwargs)
+
+
+DEFAULT_THRESHOLDS = Thresholds()

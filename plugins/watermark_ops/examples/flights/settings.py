@@ -1,0 +1,55 @@
+"""Where runtime state lives: one folder, ``$WATERMARK_OPS_HOME`` or ``<repo>/.runtime``.
+
+Layout under the runtime home (all created on demand by the code that writes them)::
+
+    airflow/                 AIRFLOW_HOME with its SQLite metadata DB (set by the Makefile)
+    landing/flights/         JSON-lines files written by the lander, one per data interval
+    landing/weather/         the weather lander's files
+    checkpoints/<job>/       Spark checkpoints (offset log, commit log, state, metadata)
+    checkpoints/<job>.progress.jsonl   the job's per-batch progress log, beside its checkpoint
+    output/<job>/            the job's Parquet sinks (results and quarantine)
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from watermark_ops.core.progress import progress_log_path
+
+REPO_ROOT = Path(__file__).resolve().parents[4]  # plugins/watermark_ops/examples/flights/settings.py
+SPARK_JOBS_DIR = REPO_ROOT / "spark_jobs"
+
+
+def runtime_home() -> Path:
+    """The runtime folder: ``$WATERMARK_OPS_HOME`` if set, else ``<repo>/.runtime``."""
+    return Path(os.environ.get("WATERMARK_OPS_HOME") or REPO_ROOT / ".runtime")
+
+
+def job_locations(job: str, home: Path | None = None) -> dict[str, str]:
+    """Default locations of a Spark job's files under the runtime home.
+
+    :param job: the job name (``flight_windows``, ...).
+    :return: ``{"landing": <home>/landing/flights, "weather_landing": <home>/landing/weather,
+        "checkpoint": <home>/checkpoints/<job>, "progress_log": <checkpoint>.progress.jsonl,
+        "output": <home>/output/<job>}``.
+    """
+    home = home or runtime_home()
+    checkpoint = str(home / "checkpoints" / job)
+    return {
+        "landing": str(home / "landing" / "flights"),
+        "weather_landing": str(home / "landing" / "weather"),
+        "checkpoint": checkpoint,
+        "progress_log": progress_log_path(checkpoint),
+        "output": str(home / "output" / job),
+    }
+
+
+def spark_submit_env() -> dict[str, str]:
+    """``env_vars`` for the provider's SparkSubmitOperator: this interpreter's ``bin`` first on
+    ``PATH`` (spark-submit finds ``SPARK_HOME`` and the driver's Python through it) and
+    ``PYSPARK_PYTHON`` set to this interpreter. Read at DAG parse time; no I/O."""
+    import sys
+
+    bin_dir = os.path.dirname(sys.executable)
+    return {"PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""), "PYSPARK_PYTHON": sys.executable}

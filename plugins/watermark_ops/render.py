@@ -1,0 +1,323 @@
+"""The rendering layer: the core's results as text tables and JSON, for every face.
+
+The terminal (``watermark-ops``), the Airflow task logs and XCom, and any later page all show the
+same things the same way, so they all come here; no face imports another face. Tables are drawn
+with ``rich`` (imported only when a table is drawn); the plain-text variants are the same tables
+without colour, for logs.
+
+What it draws (every input is plain data from :mod:`watermark_ops.core`):
+
+* an audit (:class:`~watermark_ops.core.audit.AuditReport`): :func:`print_audit_report`,
+  :func:`audit_report_text`, JSON by ``AuditReport.to_json``;
+* a checkpoint's head and its stall classification (:class:`~watermark_ops.core.status.CheckpointStatus`,
+  :class:`~watermark_ops.core.stall.Classification`): :func:`print_status`,
+  :func:`print_classification`, JSON by :func:`status_document`;
+* a lateness report (:class:`~watermark_ops.core.lateness.LatenessReport`):
+  :func:`print_lateness_report`, JSON by ``LatenessReport.to_dict``.
+
+Times are shown as ISO-8601 UTC with the epoch milliseconds beside them where a value is audited.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+from typing import Any
+
+from watermark_ops.core.audit import AuditReport
+from watermark_ops.core.lateness import LatenessReport, spark_interval
+from watermark_ops.core.rules import ERROR, INFO, WARNING
+from watermark_ops.core.stall import ADVANCING, IDLE, JUMPED, LAGGING, STALLED, Classification
+from watermark_ops.core.status import CheckpointStatus
+from watermark_ops.core.thresholds import Thresholds
+from watermark_ops.core.times import duration_ms, duration_words, iso_utc
+
+__all__ = [
+    "DEFAULT_LIMIT",
+    "audit_report_text",
+    "print_audit_report",
+    "print_classification",
+    "print_lateness_report",
+    "print_status",
+    "signed_duration",
+    "status_document",
+    "terminal_console",
+    "text_console",
+]
+
+#: The newest batches an audit table shows by default (older ones are counted in a note).
+DEFAULT_LIMIT = 50
+
+_SEVERITY_STYLE = {ERROR: "bold red", WARNING: "yellow", INFO: "cyan"}
+_STATUS_STYLE = {"ok": "bold green", "violation": "bold red", "unreadable": "bold yellow"}
+_STATE_STYLE = {JUMPED: "bold red", STALLED: "bold red", LAGGING: "bold yellow", IDLE: "cyan", ADVANCING: "bold green"}
+
+
+# --------------------------------------------------------------------------------------------
+# Consoles
+
+
+def terminal_console():
+    """A ``rich`` console on stdout: the terminal's width, or 160 columns when piped (logs, files)."""
+    from rich.console import Console
+
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+
+
+def text_console(width: int = 160):
+    """A ``rich`` console writing plain text (no colour, no markup codes) into a buffer:
+    ``console.file.getvalue()`` is the text."""
+    from rich.console import Console
+
+    return Console(file=io.StringIO(), width=width, no_color=True, force_terminal=False, highlight=False,
+                   soft_wrap=False)
+
+
+def signed_duration(ms: int | None) -> str:
+    """A signed duration in ms, compact: ``+1h 54m``, ``-5s``, ``0``; empty for None."""
+    if ms is None:
+        return ""
+    if ms == 0:
+        return "0"
+    sign, rest = ("+" if ms > 0 else "-"), abs(ms)
+    parts = []
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+        if rest >= size:
+            parts.append(f"{rest // size}{unit}")
+            rest %= size
+    if rest or not parts:
+        parts.append(f"{rest}ms")
+    return sign + " ".join(parts[:2])
+
+
+# --------------------------------------------------------------------------------------------
+# The audit
+
+
+def _audit_batches_table(report: AuditReport, limit: int):
+    """The batch table (newest ``limit``), with the restart boundary after the remembered head."""
+    from rich.table import Table
+
+    shown = report.batches[-limit:] if limit and len(report.batches) > limit else report.batches
+    table = Table(title=f"Batches ({len(report.batches)} in the logs)", title_justify="left")
+    for column, justify in (("batch", "right"), ("watermark (UTC)", "left"), ("watermark ms", "right"),
+                            ("change", "right"), ("batch time (UTC)", "left"), ("commit", "left")):
+        table.add_column(column, justify=justify, overflow="fold")
+    boundary = report.remembered.head_batch_id if report.remembered and report.added_batch_ids else None
+    previous = None
+    if len(shown) < len(report.batches):
+        earlier = report.batches[: len(report.batches) - len(shown)]
+        previous = next((b.watermark_ms for b in reversed(earlier) if b.watermark_ms is not None), None)
+    for record in shown:
+        if record.batch_id == report.in_flight_batch_id:
+            commit = "[cyan]in flight[/]"
+        elif record.committed:
+            commit = "committed"
+        else:
+            commit = "[yellow]no commit[/]" if record.has_offsets else "[yellow]no offsets[/]"
+        change = None
+        if record.watermark_ms is not None and previous is not None:
+            change = record.watermark_ms - previous
+        table.add_row(
+            str(record.batch_id),
+            iso_utc(record.watermark_ms) or "?",
+            "?" if record.watermark_ms is None else str(record.watermark_ms),
+            f"[red]{signed_duration(change)}[/]" if change is not None and change < 0 else signed_duration(change),
+            iso_utc(record.timestamp_ms) or "?",
+            commit,
+            end_section=record.batch_id == boundary,
+        )
+        if record.watermark_ms is not None:
+            previous = record.watermark_ms
+    return table, len(report.batches) - len(shown)
+
+
+def print_audit_report(report: AuditReport, console: Any, limit: int = DEFAULT_LIMIT) -> None:
+    """Print an audit report on a ``rich`` console: header, batch table, findings, summary.
+
+    :param limit: the newest batches shown (0: all); older ones are counted in a note.
+    """
+    from rich.markup import escape
+    from rich.table import Table
+
+    console.print(f"[bold]Checkpoint[/] {escape(report.location)}")
+    console.print(f"query id {escape(report.query_id or 'unknown (no readable metadata)')}")
+    table, hidden = _audit_batches_table(report, limit)
+    if report.batches:
+        console.print(table)
+    else:
+        console.print("No batch in the offset or commit log.")
+    if hidden:
+        console.print(f"({hidden} earlier batches not shown; --limit 0 shows all)")
+    if report.remembered is not None:
+        added = (f"batches {report.added_batch_ids[0]}..{report.added_batch_ids[-1]} added since"
+                 if report.added_batch_ids else "no batch added since")
+        console.print(f"{added} the audit of {iso_utc(report.remembered.audited_at_ms)} "
+                      f"(head {report.remembered.head_batch_id}, watermark {iso_utc(report.remembered.watermark_ms)})")
+    if report.findings:
+        findings = Table(title="Findings", title_justify="left")
+        for column in ("severity", "rule", "batch", "file", "message"):
+            findings.add_column(column, overflow="fold")
+        for finding in report.findings:
+            findings.add_row(f"[{_SEVERITY_STYLE[finding.severity]}]{finding.severity}[/]", finding.rule,
+                             "" if finding.batch_id is None else str(finding.batch_id), escape(finding.file or ""),
+                             escape(finding.message))
+        console.print(findings)
+    else:
+        console.print("No findings.")
+    watermark = ("unknown" if report.watermark_ms is None
+                 else f"{iso_utc(report.watermark_ms)} ({report.watermark_ms} ms)")
+    in_flight = "none" if report.in_flight_batch_id is None else str(report.in_flight_batch_id)
+    console.print(f"next batch starts from watermark {watermark}; in flight: {in_flight}")
+    console.print(f"status [{_STATUS_STYLE[report.status]}]{report.status}[/] (exit {report.exit_code})")
+
+
+def audit_report_text(report: AuditReport, limit: int = DEFAULT_LIMIT, width: int = 160) -> str:
+    """:func:`print_audit_report` as plain text (no colour): the same table for logs (Airflow task log)."""
+    console = text_console(width)
+    print_audit_report(report, console, limit=limit)
+    return console.file.getvalue()
+
+
+# --------------------------------------------------------------------------------------------
+# Status and stall classification
+
+
+def status_document(status: CheckpointStatus, classification: Classification | None) -> dict[str, Any]:
+    """The JSON of ``watermark-ops status --json``: :meth:`CheckpointStatus.to_dict` plus ``state``
+    (None when the checkpoint cannot be classified) and ``classification`` (:meth:`Classification.to_dict`)."""
+    document = status.to_dict()
+    document["state"] = classification.state if classification else None
+    document["classification"] = classification.to_dict() if classification else None
+    return document
+
+
+def print_status(status: CheckpointStatus, console: Any) -> None:
+    """Print a checkpoint's head as a two-column table, then the read problems."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(show_header=False, title=f"Checkpoint {escape(status.location)}", title_justify="left")
+    table.add_column(style="bold")
+    table.add_column()
+    watermark = "unknown" if status.watermark_ms is None else f"{iso_utc(status.watermark_ms)} ({status.watermark_ms} ms)"
+    for label, value in (
+        ("query id", status.query_id or "unknown"),
+        ("head batch", "none" if status.head_batch_id is None else str(status.head_batch_id)),
+        ("lowest batch retained", "none" if status.lowest_batch_id is None else str(status.lowest_batch_id)),
+        ("next batch watermark", watermark),
+        ("in-flight batch", "none" if status.in_flight_batch is None else str(status.in_flight_batch)),
+        ("latest batch time", iso_utc(status.latest_batch_timestamp_ms) or "none"),
+    ):
+        table.add_row(label, escape(value))
+    console.print(table)
+    for problem in status.problems:
+        console.print(f"[yellow]{problem.kind}[/] {escape(problem.file)}: {escape(problem.message)}")
+
+
+def _words(delta: Any) -> str:
+    return duration_words(duration_ms(delta))
+
+
+def _thresholds_line(t: Thresholds) -> str:
+    return (f"idle after {_words(t.idle_after)}, max idle {_words(t.max_idle) if t.max_idle else 'off'}, "
+            f"max lag {_words(t.max_lag) if t.max_lag else 'off'}, max skew "
+            f"{_words(t.max_skew) if t.max_skew else 'off'}, stall after {t.stall_batches} data batches"
+            f" or {_words(t.stall_window) if t.stall_window else 'no window'}")
+
+
+def _evidence_rows(c: Classification) -> list[tuple[str, str]]:
+    head, data = c.latest_batch, c.latest_data_batch
+    rows = [
+        ("current watermark", f"{iso_utc(c.watermark_ms) or 'none'} ({c.watermark_ms} ms)"),
+        ("emitted through", f"{iso_utc(c.emitted_through_ms) or 'none'}"),
+        ("latest batch", f"{head.batch_id} at {iso_utc(head.timestamp_ms)}" + ("" if head.committed else " (in flight)")
+         if head else "none"),
+        ("latest data batch", f"{data.batch_id} at {iso_utc(data.timestamp_ms)}" if data else "none"),
+        ("lag (latest batch - watermark)", duration_words(c.lag_ms)),
+        ("idle (evaluated at - latest data batch)", duration_words(c.idle_ms)),
+        ("last move", f"batch {c.last_move['batch_id']}: {iso_utc(c.last_move['from_ms'])} -> {iso_utc(c.last_move['to_ms'])}"
+         if c.last_move else "none in the retained logs"),
+        ("data batches since", ", ".join(str(b.batch_id) for b in c.flat_data_batches) or "none"),
+        ("policy", c.policy or "not recorded"),
+    ]
+    if c.jump:
+        rows.append(("jump", f"batch {c.jump['batch_id']}: {iso_utc(c.jump['from_ms'])} -> {iso_utc(c.jump['to_ms'])}"))
+    for item in c.inputs:
+        rows.append((f"input {item['source']}", f"offset {item['offset']}, last advanced in batch "
+                                                f"{item['last_advanced_batch']}" + (f" ({item['description']})" if item["description"] else "")))
+    rows.append(("thresholds", _thresholds_line(c.thresholds)))
+    return rows
+
+
+def print_classification(c: Classification, console: Any) -> None:
+    """Print a stall classification on a ``rich`` console: state, reasons, hints, evidence table."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    alarm = " [bold red](ALARM)[/]" if c.alarm else ""
+    console.print(f"watermark state [{_STATE_STYLE[c.state]}]{c.state}[/]{alarm} at {iso_utc(c.evaluated_at_ms)}")
+    for reason in c.reasons:
+        console.print(f"  - {reason}", highlight=False, markup=False)
+    for hint in c.hints:
+        console.print(f"  hint: {hint}", highlight=False, markup=False)
+    table = Table(title="Evidence", title_justify="left", show_header=False)
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    for label, value in _evidence_rows(c):
+        table.add_row(label, escape(value))  # offsets and source descriptions hold [ ]
+    console.print(table)
+
+
+# --------------------------------------------------------------------------------------------
+# Lateness
+
+
+def _lateness_duration(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    return spark_interval(ms) if ms else "0"
+
+
+def _percent(rate: float | None) -> str:
+    return "-" if rate is None else f"{100 * rate:.3g} %"
+
+
+def print_lateness_report(report: LatenessReport, console: Any) -> None:
+    """Print a lateness report as rich tables: drops per run, then lateness and advice per input."""
+    from rich.table import Table
+
+    document = report.to_dict()
+    runs = Table(title=f"Rows dropped by the watermark per run — {document['checkpoint']}")
+    for name in ("run", "tag", "started (UTC)", "batches", "input rows", "dropped", "drop rate"):
+        runs.add_column(name, justify="right" if name in ("input rows", "dropped", "drop rate") else "left")
+    for run in document["runs"]:
+        batch_ids = run["batch_ids"]
+        runs.add_row(
+            run["run_id"][:8], run["run_tag"] or "-", iso_utc(run["started_ms"]) or "-",
+            f"{batch_ids[0]}–{batch_ids[-1]}" if batch_ids else "none",
+            str(run["input_rows"]), str(run["rows_dropped_by_watermark"]), _percent(run["drop_rate"]),
+        )
+    if not document["runs"]:
+        runs.caption = f"no progress records in {document['progress_log']}"
+    console.print(runs)
+    for item in document["inputs"]:
+        table = Table(title=f"Observed lateness — {item['landing']} (event time: {item['event_time_field']})")
+        table.add_column("keep drops below")
+        table.add_column("smallest delay threshold")
+        table.add_column("events still dropped", justify="right")
+        for advice in item["advice"]:
+            table.add_row(_percent(advice["target_drop_rate"]), advice["spark_interval"],
+                          f"{advice['events_dropped']} ({_percent(advice['drop_rate'])})")
+        table.caption = (
+            f"{item['events']} events in {item['files']} files, {item['late_events']} behind the newest; "
+            f"lateness p50 {_lateness_duration(item['p50_ms'])}, p99 {_lateness_duration(item['p99_ms'])}, "
+            f"max {_lateness_duration(item['max_lateness_ms'])}; left out: {item['no_event_time']} without event "
+            f"time, {item['malformed']} malformed. The advice assumes a watermark that follows every event; "
+            f"Spark moves it once per micro-batch, which drops fewer."
+        )
+        console.print(table)
+        for message in item["problems"]:
+            console.print(f"[yellow]malformed:[/] {message}", markup=True, highlight=False)
+    for message in document["problems"]:
+        console.print(f"[yellow]progress log:[/] {message}", markup=True, highlight=False)

@@ -1,0 +1,137 @@
+"""WatermarkAuditOperator run by real Airflow (``dag.test()``, Task SDK, SQLite DB, asset state store).
+
+The test DAGs live in a DAG file written by this module into its own folder, registered as a second
+local DAG bundle: ``dag.test()`` runs only DAGs that a bundle serialized.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from tests.watermark_ops import checkpoint_fixtures as cf
+
+DAG_FILE = textwrap.dedent('''
+    from datetime import timedelta
+
+    import pendulum
+    from airflow.sdk import DAG, Asset
+
+    from watermark_ops.airflow.operators import WatermarkAuditOperator
+
+    START = pendulum.datetime(2024, 1, 1, tz="UTC")
+    PARAMS = {"checkpoint": ""}
+
+    with DAG("wo_test_audit_strict", schedule=None, start_date=START, params=PARAMS):
+        WatermarkAuditOperator(task_id="audit", checkpoint="{{ params.checkpoint }}",
+                               retries=2, retry_delay=timedelta(seconds=1))
+
+    with DAG("wo_test_audit_soft", schedule=None, start_date=START, params=PARAMS):
+        WatermarkAuditOperator(task_id="audit", checkpoint="{{ params.checkpoint }}", soft=True,
+                               memory_asset=Asset(name="wo_test_soft_memory"), retries=2)
+''')
+
+
+@pytest.fixture(scope="module")
+def test_dags(airflow_db, tmp_path_factory):
+    """The test DAGs, in a second DAG bundle next to the project's dags folder."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    folder = tmp_path_factory.mktemp("operator_test_dags")
+    (folder / "audit_test_dags.py").write_text(DAG_FILE)
+    bundles = [
+        {"name": "dags-folder", "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle", "kwargs": {}},
+        {"name": "watermark-ops-operator-tests", "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
+         "kwargs": {"path": str(folder), "refresh_interval": 0}},
+    ]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST", json.dumps(bundles))
+        bag = DagBag(dag_folder=str(folder))
+        assert bag.import_errors == {}
+        yield {dag_id: bag.get_dag(dag_id) for dag_id in bag.dag_ids}
+
+
+def outcome(dag_run):
+    """(task state, try number, XCom return_value) of the run's one task."""
+    from airflow.models import TaskInstance
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        ti = session.query(TaskInstance).filter_by(dag_id=dag_run.dag_id, run_id=dag_run.run_id).one()
+        xcom = session.query(XComModel).filter_by(dag_id=dag_run.dag_id, run_id=dag_run.run_id,
+                                                  key="return_value").one_or_none()
+        value = None if xcom is None else xcom.value
+        return ti.state, ti.try_number, value if not isinstance(value, str) else json.loads(value)
+
+
+def stored(asset_name: str, key: str):
+    """The asset state store value of ``key`` on the asset named ``asset_name``, read from the DB."""
+    from airflow.models.asset import AssetModel
+    from airflow.models.asset_state_store import AssetStateStoreModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        row = (session.query(AssetStateStoreModel).join(AssetModel, AssetModel.id == AssetStateStoreModel.asset_id)
+               .filter(AssetModel.name == asset_name, AssetStateStoreModel.key == key).one_or_none())
+        return None if row is None else json.loads(row.value)
+
+
+def test_audit_remembers_in_the_asset_state_store_and_a_rewind_fails_without_retries(spark, test_dags, tmp_path):
+    from watermark_ops.airflow.operators import AUDIT_MEMORY_ASSET
+
+    history = cf.restart_history(spark)
+    checkpoint = cf.copy_checkpoint(history.checkpoint, tmp_path / "cp")
+    dag = test_dags["wo_test_audit_strict"]
+
+    state, tries, report = outcome(dag.test(run_conf={"checkpoint": str(checkpoint)}))
+    assert (state, tries) == ("success", 1)
+    assert report["status"] == "ok" and report["head_batch_id"] == 6 and report["findings"] == []
+    assert report["watermark_ms"] == history.runs[-1]["batches"][-1]["watermark_ms"]
+    memory = stored(AUDIT_MEMORY_ASSET.name, f"watermark_audit:{checkpoint}")
+    assert memory["query_id"] == history.runs[0]["query_id"]
+    assert (memory["head_batch_id"], memory["watermark_ms"]) == (6, report["watermark_ms"])
+
+    for batch_id in (5, 6):  # the newest files deleted: only the memory in Airflow can tell
+        (checkpoint / "offsets" / str(batch_id)).unlink()
+        (checkpoint / "commits" / str(batch_id)).unlink()
+    state, tries, report = outcome(dag.test(run_conf={"checkpoint": str(checkpoint)}))
+    assert (state, tries) == ("failed", 1)  # AirflowFailException: no retry although retries=2
+    assert report["status"] == "violation"
+    assert [(f["rule"], f["batch_id"]) for f in report["findings"]] == [("rewound", 4)]
+    assert report["remembered"]["head_batch_id"] == 6
+    assert stored(AUDIT_MEMORY_ASSET.name, f"watermark_audit:{checkpoint}")["head_batch_id"] == 4
+
+
+def test_unreadable_checkpoint_fails_with_retries(test_dags, tmp_path):
+    dag = test_dags["wo_test_audit_strict"]
+    state, tries, report = outcome(dag.test(run_conf={"checkpoint": str(tmp_path / "missing")}))
+    assert (state, tries) == ("failed", 3)  # AirflowException: retried (storage may come back), twice
+    assert report["status"] == "unreadable" and report["findings"][0]["message"].startswith("[checkpoint_missing]")
+
+
+def test_soft_mode_only_warns(test_dags, tmp_path, capfd):
+    root = tmp_path / "cp"
+    cf.handmade_checkpoint(str(root), [(0, 5000), (5000, 9000), (2000, 2000)])
+    state, tries, report = outcome(test_dags["wo_test_audit_soft"].test(run_conf={"checkpoint": str(root)}))
+    assert (state, tries) == ("success", 1)
+    assert report["status"] == "violation"
+    assert {f["rule"] for f in report["findings"]} == {"watermark_regressed", "commit_offset_mismatch"}
+    assert stored("wo_test_soft_memory", f"watermark_audit:{root}")["head_batch_id"] == 2
+    logged = capfd.readouterr()
+    assert "soft mode, not failing" in logged.out + logged.err
+
+
+def test_operator_declares_its_memory_asset_as_outlet_and_templates_the_checkpoint():
+    from airflow.sdk import Asset
+
+    from watermark_ops.airflow.operators import AUDIT_MEMORY_ASSET, WatermarkAuditOperator
+
+    default = WatermarkAuditOperator(task_id="a", checkpoint="{{ params.checkpoint }}")
+    assert default.outlets == [AUDIT_MEMORY_ASSET] and "checkpoint" in default.template_fields
+    other = Asset(name="elsewhere")
+    custom = WatermarkAuditOperator(task_id="b", checkpoint="/cp", memory_asset=other, outlets=[Asset(name="x")])
+    assert custom.outlets == [Asset(name="x"), other]
+    assert WatermarkAuditOperator(task_id="c", checkpoint="/cp", memory_asset=None).outlets == []

@@ -1,0 +1,125 @@
+"""Late-data accounting and advice: pure functions on known distributions, files, the report."""
+
+from __future__ import annotations
+
+import json
+import random
+from datetime import timedelta
+
+import pytest
+
+from tests.watermark_ops.lateness_fixtures import progress_record, write_jsonl
+from watermark_ops.core.lateness import (
+    Advice,
+    LatenessError,
+    advise,
+    drops_per_run,
+    landed_lateness,
+    lateness_report,
+    observed_lateness,
+    smallest_delay_threshold,
+    spark_interval,
+)
+
+MINUTE, HOUR = 60_000, 3_600_000
+
+
+def test_observed_lateness_is_distance_behind_the_newest_so_far():
+    assert observed_lateness([10, 20, 15, 30, 5, 30, 29]) == [0, 0, 5, 0, 25, 0, 1]
+    assert observed_lateness([]) == []
+
+
+def test_advice_on_a_known_distribution():
+    # 1000 events: 900 on time, 80 one minute late, 15 ten minutes, 4 an hour, 1 three hours.
+    lateness = [0] * 900 + [MINUTE] * 80 + [10 * MINUTE] * 15 + [HOUR] * 4 + [3 * HOUR]
+    one_percent, tenth = advise(lateness)
+    # 1 %: at most 9 drops allowed; the 10th latest event is 10 minutes late, so it must be kept:
+    # 10 min + 1 ms drops only the 5 events of 1 h and more.
+    assert one_percent == Advice(0.01, 10 * MINUTE + 1, 5, 0.005)
+    # 0.1 %: no drop allowed (1 would be 0.1 %, not below it): beyond the latest, 3 h.
+    assert tenth == Advice(0.001, 3 * HOUR + 1, 0, 0.0)
+    assert one_percent.delay_threshold == timedelta(minutes=10, milliseconds=1)
+    assert one_percent.to_dict()["spark_interval"] == "10 minutes 1 milliseconds"
+    # exactly 10 minutes would drop the 15 + 4 + 1 = 20 events at 10 minutes or more: 2 %
+    assert sum(1 for x in lateness if x >= 10 * MINUTE) == 20
+
+
+def test_smallest_delay_threshold_is_minimal_on_random_distributions():
+    rng = random.Random(20130101)
+    for _ in range(200):
+        lateness = [int(rng.expovariate(1 / (30 * MINUTE))) for _ in range(rng.randint(1, 3000))]
+        for rate in (0.01, 0.001, 0.5):
+            threshold = smallest_delay_threshold(lateness, rate)
+            dropped = sum(1 for x in lateness if x >= threshold)
+            assert dropped < rate * len(lateness)
+            assert threshold == 1 or sum(1 for x in lateness if x >= threshold - 1) >= rate * len(lateness)
+
+
+def test_threshold_edge_cases():
+    assert smallest_delay_threshold([], 0.01) == 0
+    assert smallest_delay_threshold([0, 0, 0], 0.01) == 1  # on-time events: the smallest threshold keeps all
+    with pytest.raises(LatenessError, match=r"max_drop_rate must be in \(0, 1\]"):
+        smallest_delay_threshold([1], 0)
+    with pytest.raises(LatenessError, match="lateness must be >= 0"):
+        smallest_delay_threshold([5, -1], 0.5)
+    assert spark_interval(2 * HOUR + 5 * MINUTE) == "2 hours 5 minutes"
+    assert spark_interval(0) == "0 seconds"
+    assert spark_interval(1500) == "1 seconds 500 milliseconds"
+
+
+def test_drops_per_run_groups_batches_by_run():
+    records = [
+        progress_record("r2", 2, 400, 8, 2000, "day2"), progress_record("r2", 3, 0, 0, 2100, "day2"),
+        progress_record("r1", 0, 100, 0, 1000, "day1"), progress_record("r1", 1, 0, 0, 1100, "day1"),
+        progress_record("r3", 4, 0, 0, 3000, "day3", executed=False),  # Trigger.Once restart with no input
+    ]
+    runs = drops_per_run(records)
+    assert [(r.run_id, r.run_tag, r.batch_ids, r.input_rows, r.rows_dropped_by_watermark) for r in runs] == [
+        ("r1", "day1", (0, 1), 100, 0), ("r2", "day2", (2, 3), 400, 8), ("r3", "day3", (), 0, 0)]
+    assert [r.drop_rate for r in runs] == [0.0, 0.02, None]
+    assert runs[1].started_ms == 2000
+    assert json.loads(json.dumps(runs[1].to_dict()))["drop_rate"] == 0.02
+
+
+def test_landed_lateness_follows_stream_time_across_files(tmp_path):
+    landing = tmp_path / "flights"
+    # File names and line order disagree with the arrival order: stream_time decides.
+    write_jsonl(landing / "flights_b.jsonl", [
+        {"id": 3, "dep_time": "2013-01-01T10:00:00Z", "stream_time": "2013-01-01T13:00:00Z"},
+        {"id": 4, "dep_time": None, "stream_time": "2013-01-01T13:30:00Z"},  # cancelled: skipped
+    ])
+    write_jsonl(landing / "flights_a.jsonl", [
+        {"id": 1, "dep_time": "2013-01-01T11:00:00Z", "stream_time": "2013-01-01T12:00:00Z"},
+        {"id": 2, "dep_time": "2013-01-01T11:30:00Z", "stream_time": "2013-01-01T14:00:00Z"},
+        "{not json",
+    ])
+    (landing / ".flights_c.jsonl.tmp").write_text("ignored: a file being written")
+    measured = landed_lateness(str(landing))
+    assert measured.event_time_field == "dep_time" and measured.files == 2
+    assert measured.lateness_ms == [0, HOUR, 0]  # 11:00, then 10:00 (1 h behind), then 11:30
+    assert (measured.no_event_time, measured.malformed) == (1, 1)
+    assert len(measured.problems) == 1 and "flights_a.jsonl:3: expected one JSON object per line" in measured.problems[0]
+    summary = measured.summary()
+    assert (summary["events"], summary["late_events"], summary["max_lateness_ms"]) == (3, 1, HOUR)
+
+
+def test_landed_lateness_errors(tmp_path):
+    with pytest.raises(LatenessError, match="no such landing folder"):
+        landed_lateness(str(tmp_path / "missing"))
+    write_jsonl(tmp_path / "x" / "a.jsonl", [{"when": "2013-01-01T00:00:00Z"}])
+    with pytest.raises(LatenessError, match=r"a.jsonl:1: no event-time field"):
+        landed_lateness(str(tmp_path / "x"))
+    assert landed_lateness(str(tmp_path / "x"), event_time_field="when").lateness_ms == [0]
+
+
+def test_report_is_plain_data_and_json_ready(checkpoint_with_log):
+    checkpoint, landing = checkpoint_with_log
+    report = lateness_report(checkpoint, [landing])
+    document = report.to_dict()
+    assert json.loads(json.dumps(document)) == document  # JSON-ready (the DAG pushes it to XCom)
+    assert document["progress_log"] == checkpoint + ".progress.jsonl" == report.progress_log
+    assert [(r["run_tag"], r["drop_rate"]) for r in document["runs"]] == [("day1", 0.0), ("day2", 0.012)]
+    assert [run.run_tag for run in report.runs] == ["day1", "day2"]
+    assert document["problems"] and "expected one JSON object per line" in document["problems"][0]
+    (weather,) = document["inputs"]
+    assert weather["event_time_field"] == "time_hour" and weather["max_lateness_ms"] == 2 * HOUR

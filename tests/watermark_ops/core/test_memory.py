@@ -1,0 +1,74 @@
+"""The audit memory: the JSON state file (local and memory://)."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+
+import fsspec
+import pytest
+
+from watermark_ops.core.memory import (
+    MemoryFormatError,
+    RememberedHead,
+    StateFileMemory,
+    memory_key,
+)
+
+HEAD = RememberedHead("q-1", head_batch_id=41, watermark_ms=1_357_047_180_000, audited_at_ms=1_795_265_536_436)
+
+
+def test_state_file_round_trip_keeps_other_checkpoints(tmp_path):
+    path = tmp_path / "nested" / "state.json"
+    memory = StateFileMemory(path)
+    assert memory.load("/data/cp") is None  # no file yet: an empty memory
+    memory.save("/data/cp", HEAD)
+    memory.save("s3://bucket/other/", RememberedHead(None, 3, 0, 5))
+    document = json.loads(path.read_text())
+    assert document == {"version": 1, "checkpoints": {
+        "/data/cp": HEAD.to_dict(),
+        "s3://bucket/other": {"query_id": None, "head_batch_id": 3, "watermark_ms": 0, "audited_at_ms": 5}}}
+    fresh = StateFileMemory(str(path))
+    assert fresh.load("/data/cp/") == HEAD
+    assert fresh.load("s3://bucket/other").query_id is None
+    assert [name for name in os.listdir(path.parent) if name != "state.json"] == []  # no temp file left
+
+
+def test_relative_and_absolute_local_paths_are_one_checkpoint(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    memory = StateFileMemory("state.json")
+    memory.save("./cp", HEAD)
+    assert StateFileMemory(tmp_path / "state.json").load(str(tmp_path / "cp")) == HEAD
+    assert memory_key("./cp/") == str(tmp_path / "cp")
+    assert memory_key("gs://b/cp/") == "gs://b/cp"
+
+
+def test_state_file_on_the_memory_filesystem():
+    location = f"memory://state-{uuid.uuid4().hex}/state.json"
+    try:
+        StateFileMemory(location).save("memory://cp", HEAD)
+        assert StateFileMemory(location).load("memory://cp") == HEAD
+    finally:
+        fsspec.filesystem("memory").rm(location.rsplit("/", 1)[0], recursive=True)
+
+
+@pytest.mark.parametrize("content, words", [
+    ("{not json", "not JSON"),
+    ('{"version": 1}', '"checkpoints"'),
+    ('{"version": 7, "checkpoints": {}}', "version 7"),
+    ('{"version": 1, "checkpoints": {"/cp": {"head_batch_id": "4", "watermark_ms": 1, "audited_at_ms": 1}}}',
+     "head_batch_id must be an integer"),
+    ('{"version": 1, "checkpoints": {"/cp": [1, 2]}}', "expected an object"),
+])
+def test_malformed_state_file_is_named_and_never_overwritten(tmp_path, content, words):
+    path = tmp_path / "state.json"
+    path.write_text(content)
+    memory = StateFileMemory(path)
+    with pytest.raises(MemoryFormatError) as raised:
+        memory.load("/cp")
+        memory.save("/cp", HEAD)
+    assert str(path) in str(raised.value) and words in str(raised.value)
+    assert path.read_text() == content
+
+

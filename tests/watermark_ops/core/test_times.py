@@ -1,0 +1,49 @@
+"""Times at the edges: ISO-8601 text, instants and durations (pendulum)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pendulum
+import pytest
+
+from watermark_ops.core.times import duration, duration_words, instant_ms, iso_utc
+
+
+def test_durations_at_the_edges():
+    assert duration("PT6H") == timedelta(hours=6)
+    assert duration("P1DT2H") == timedelta(days=1, hours=2)
+    assert duration("90") == duration(90) == timedelta(seconds=90)
+    assert duration("none") is None and duration(None) is None
+    converted = duration(pendulum.duration(hours=2))
+    assert type(converted) is timedelta and converted == timedelta(hours=2)
+    with pytest.raises(ValueError, match="max_lag.*ISO-8601 duration"):
+        duration("six hours", "max_lag")
+    with pytest.raises(ValueError, match="must not be negative"):
+        duration(-1)
+
+
+def test_instants():
+    assert instant_ms("2013-01-02T00:00:00Z") == 1357084800000
+    assert instant_ms(pendulum.datetime(2013, 1, 1, 19, tz="America/New_York")) == 1357084800000
+    assert instant_ms(1357084800000) == 1357084800000
+    with pytest.raises(ValueError, match="naive"):
+        from datetime import datetime
+
+        instant_ms(datetime(2013, 1, 2))
+    with pytest.raises(ValueError, match="ISO-8601"):
+        instant_ms("yesterday")
+
+
+def test_iso_utc_keeps_milliseconds_only_when_there_are_some():
+    assert iso_utc(None) is None
+    assert iso_utc(0) == "1970-01-01T00:00:00Z"
+    assert iso_utc(1357047180000) == "2013-01-01T13:33:00Z"
+    assert iso_utc(1357047180042) == "2013-01-01T13:33:00.042Z"
+
+
+def test_duration_words():
+    assert duration_words(None) == "unknown"
+    assert duration_words(250) == "250 ms"
+    assert duration_words(-3000) == "-3 seconds"
+    assert duration_words(2 * 3_600_000 + 5 * 60_000) == "2 hours 5 minutes"

@@ -1,0 +1,117 @@
+"""The package's layers: the core is pure, each layer imports only the layers below it, no cycles.
+
+Read from the source (every ``import`` statement, module level or inside a function), plus one
+real interpreter that imports the whole core and the rendering layer and lists what came with them.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import watermark_ops
+
+PACKAGE = Path(watermark_ops.__file__).resolve().parent
+
+#: What each layer may import from the package (besides itself).
+ALLOWED = {
+    "core": {"core"},
+    "render": {"core"},
+    "cli": {"core", "render"},
+    "__main__": {"cli"},
+    "airflow": {"core", "render"},
+    "examples": {"core"},
+    "__init__": {"core"},
+}
+FORBIDDEN_IN_CORE = ("airflow", "pyspark", "argparse", "rich")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module named by an import statement of the file: ``from a.b import c`` names ``a.b.c``
+    when that is a module of the package, else ``a.b``."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            submodules = {f"{node.module}.{alias.name}" for alias in node.names}
+            submodules = {m for m in submodules if _is_module(m)}
+            names.update(submodules)
+            if len(submodules) < len(node.names):  # names defined in the module (or its __init__) itself
+                names.add(node.module)
+    return names
+
+
+def _is_module(dotted: str) -> bool:
+    path = PACKAGE.parent / dotted.replace(".", "/")
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    return {name: {i for i in _imports(path) if i in modules and i != name} for name, path in modules.items()}
+
+
+def _layer(module: str) -> str:
+    parts = module.split(".")
+    return "__init__" if len(parts) == 1 else parts[1]
+
+
+def test_the_core_imports_neither_airflow_spark_argparse_nor_rich():
+    offending = []
+    for path in (PACKAGE / "core").rglob("*.py"):
+        for name in _imports(path):
+            if name.split(".")[0] in FORBIDDEN_IN_CORE:
+                offending.append(f"{path.relative_to(PACKAGE)}: {name}")
+    assert offending == []
+
+
+def test_importing_the_core_and_the_rendering_layer_brings_none_of_them():
+    code = ("import sys, json, watermark_ops, watermark_ops.render, watermark_ops.core.checks, "
+            "watermark_ops.core.lateness, watermark_ops.core.status; "
+            "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules} & {'airflow', 'pyspark', 'argparse', 'rich'})))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env=dict(os.environ, PYTHONPATH=str(PACKAGE.parent)))
+    assert json.loads(out.stdout) == []  # rich is imported only when a table is drawn
+
+
+def test_each_layer_imports_only_the_layers_below_it():
+    wrong = []
+    for module, imported in _graph().items():
+        layer = _layer(module)
+        for target in imported:
+            target_layer = _layer(target)
+            if target_layer != layer and target_layer not in ALLOWED[layer]:
+                wrong.append(f"{module} -> {target}")
+    assert wrong == []
+
+
+def test_no_import_cycles():
+    graph = _graph()
+    state: dict[str, str] = {}  # "open" while on the DFS path, "done" after
+    cycles = []
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = "open"
+        for target in sorted(graph[node]):
+            if state.get(target) == "open":
+                cycles.append(" -> ".join(path[path.index(target):] + [target]))
+            elif target not in state:
+                visit(target, path + [target])
+        state[node] = "done"
+
+    for start in sorted(graph):
+        if start not in state:
+            visit(start, [start])
+    assert cycles == []

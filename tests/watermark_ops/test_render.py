@@ -1,0 +1,70 @@
+"""The rendering layer: the core's results as text tables and JSON, the same for every face."""
+
+from __future__ import annotations
+
+import json
+
+from rich.console import Console
+
+from tests.watermark_ops import checkpoint_fixtures as cf
+from watermark_ops import render
+from watermark_ops.core.audit import run_audit
+from watermark_ops.core.checkpoint import read_checkpoint
+from watermark_ops.core.lateness import lateness_report
+from watermark_ops.core.stall import classify
+from watermark_ops.core.status import CheckpointStatus
+from watermark_ops.core.thresholds import Thresholds
+
+BASE_MS = 1_700_000_000_000  # the hand-made batches' first batchTimestampMs (one minute apart)
+
+
+def test_signed_duration():
+    assert render.signed_duration(None) == "" and render.signed_duration(0) == "0"
+    assert render.signed_duration(6_840_000) == "+1h 54m"
+    assert render.signed_duration(-5000) == "-5s"
+    assert render.signed_duration(90_061_001) == "+1d 1h"
+    assert render.signed_duration(7) == "+7ms"
+
+
+def test_audit_text_is_the_table_without_colour(tmp_path):
+    root = tmp_path / "cp"
+    cf.handmade_checkpoint(str(root), [(0, 5000), (5000, 9000), (2000, 2000)])
+    text = render.audit_report_text(run_audit(str(root)), limit=2, width=400)  # wide: no folded paths
+    assert "\x1b[" not in text  # plain text for task logs
+    assert "Batches (3 in the logs)" in text and "(1 earlier batches not shown; --limit 0 shows all)" in text
+    assert "-3s" in text  # batch 2's watermark went back from 5000 to 2000 ms
+    assert "watermark_regressed" in text and f"{root}/offsets/2" in text
+    assert "status violation (exit 1)" in text
+
+
+def test_status_document_and_tables(tmp_path):
+    root = tmp_path / "cp"
+    cf.handmade_checkpoint(str(root), [(0, 5000), (5000, 9000), (9000, None)])
+    checkpoint = read_checkpoint(str(root))
+    status = CheckpointStatus.of(checkpoint)
+    classification = classify(checkpoint, (), Thresholds(max_lag=None, max_skew=None), at_ms=BASE_MS + 3 * 60_000)
+    document = render.status_document(status, classification)
+    assert json.loads(json.dumps(document)) == document
+    assert (document["head_batch_id"], document["in_flight_batch"], document["watermark_ms"]) == (2, 2, 9000)
+    assert document["state"] == classification.state == "advancing"
+    assert document["classification"]["watermark"] == "1970-01-01T00:00:09Z"
+    assert render.status_document(status, None)["state"] is None
+
+    console = Console(record=True, width=160)
+    render.print_status(status, console)
+    render.print_classification(classification, console)
+    text = console.export_text()
+    assert "next batch watermark" in text and "1970-01-01T00:00:09Z (9000 ms)" in text
+    assert "in-flight batch" in text and "watermark state advancing" in text
+    assert "latest batch" in text and "2 at " in text and "(in flight)" in text
+    assert "max lag off" in text  # the thresholds line
+
+
+def test_lateness_tables(checkpoint_with_log):
+    checkpoint, landing = checkpoint_with_log
+    console = Console(record=True, width=160)
+    render.print_lateness_report(lateness_report(checkpoint, [landing]), console)
+    text = console.export_text()
+    assert "Rows dropped by the watermark per run" in text
+    assert "day2" in text and "1.2 %" in text and "2 hours 1 milliseconds" in text
+    assert "progress log:" in text
