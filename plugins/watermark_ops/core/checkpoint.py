@@ -226,76 +226,26 @@ def read_checkpoint(location: Any, *, filesystem: Any = None,
     fs, root = _resolve(location, filesystem, storage_options)
     shown = _display(fs, root)
     problems: list[ReadProblem] = []
-
-    def empty(has_commit_log: bool = False) -> Checkpoint:
-        return Checkpoint(location=shown, query_id=None, batches=(), problems=tuple(problems),
-                          has_commit_log=has_commit_log)
-
-    try:
-        top = _list(fs, root)
-    except FileNotFoundError:
-        problems.append(ReadProblem("checkpoint_missing", shown, "no checkpoint folder at this location"))
-        return empty()
-    except Exception as exc:  # permissions, network, ...
-        problems.append(ReadProblem("unreadable", shown, f"cannot list the checkpoint folder: {exc!r}"))
-        return empty()
-    if "metadata" not in top and top.get("offsets") != "directory":
-        problems.append(ReadProblem(
-            "not_a_checkpoint", shown,
-            "neither 'metadata' nor 'offsets/' here: expected a Structured Streaming checkpoint folder",
-        ))
-        return empty()
-
-    folders: dict[str, dict[int, str]] = {}
-    for log_name in ("offsets", "commits"):
-        folders[log_name] = {}
-        if top.get(log_name) != "directory":
-            continue
-        folder = f"{root}/{log_name}"
-        try:
-            folders[log_name] = _batch_files(fs, folder)
-        except Exception as exc:
-            problems.append(ReadProblem("unreadable", _display(fs, folder), f"cannot list the folder: {exc!r}"))
-    has_commit_log = top.get("commits") == "directory"
-
+    top = _list_checkpoint(fs, root, shown, problems)
+    if top is None:
+        return Checkpoint(location=shown, query_id=None, batches=(), problems=tuple(problems), has_commit_log=False)
+    folders = {log_name: _list_log(fs, root, log_name, top, problems) for log_name in ("offsets", "commits")}
     metadata_path = f"{root}/metadata" if "metadata" in top else None
-    paths = list(folders["offsets"].values()) + list(folders["commits"].values())
-    if metadata_path:
-        paths.append(metadata_path)
-    contents = fs.cat(paths, on_error="return") if paths else {}
-
-    def content(path: str) -> bytes | Exception:
-        value = contents.get(path)
-        if value is None:  # some filesystems key the result by a normalised path
-            value = contents.get(fs._strip_protocol(path), FileNotFoundError(path))
-        return value
-
-    query_id = None
-    if metadata_path:
-        query_id = _query_id(content(metadata_path), _display(fs, metadata_path), problems)
-
+    content = _fetch(fs, [*folders["offsets"].values(), *folders["commits"].values(),
+                          *([metadata_path] if metadata_path else [])])
+    query_id = _query_id(content(metadata_path), _display(fs, metadata_path), problems) if metadata_path else None
     offsets: dict[int, OffsetsEntry] = {}
     commits: dict[int, CommitEntry] = {}
-    for log_name, parse, into in (("offsets", parse_offsets, offsets), ("commits", parse_commit, commits)):
-        for batch_id, path in sorted(folders[log_name].items()):
-            file = _display(fs, path)
-            raw = content(path)
-            if isinstance(raw, Exception):
-                problems.append(ReadProblem("unreadable", file, f"cannot read the file: {raw!r}", batch_id))
-                continue
-            try:
-                parsed = parse(raw, batch_id, file)
-            except LogFileError as err:
-                problems.append(ReadProblem(err.kind, file, err.message, batch_id))
-                continue
-            if log_name == "offsets":
-                entry, line_problems = parsed
-                problems.extend(line_problems)
-                into[batch_id] = entry
-            else:
-                into[batch_id] = parsed
-
-    ids = sorted(set(folders["offsets"]) | set(folders["commits"]))
+    for batch_id, path in sorted(folders["offsets"].items()):
+        parsed = _parse(parse_offsets, content(path), batch_id, _display(fs, path), problems)
+        if parsed is not None:
+            entry, line_problems = parsed
+            problems.extend(line_problems)
+            offsets[batch_id] = entry
+    for batch_id, path in sorted(folders["commits"].items()):
+        parsed = _parse(parse_commit, content(path), batch_id, _display(fs, path), problems)
+        if parsed is not None:
+            commits[batch_id] = parsed
     batches = tuple(
         Batch(
             batch_id=i,
@@ -304,11 +254,68 @@ def read_checkpoint(location: Any, *, filesystem: Any = None,
             offsets_file=_display(fs, folders["offsets"][i]) if i in folders["offsets"] else None,
             commit_file=_display(fs, folders["commits"][i]) if i in folders["commits"] else None,
         )
-        for i in ids
+        for i in sorted(set(folders["offsets"]) | set(folders["commits"]))
     )
     return Checkpoint(location=shown, query_id=query_id, batches=batches, problems=tuple(problems),
-                      has_commit_log=has_commit_log, metadata_file=_display(fs, metadata_path) if metadata_path else None)
+                      has_commit_log=top.get("commits") == "directory",
+                      metadata_file=_display(fs, metadata_path) if metadata_path else None)
 
+
+def _list_checkpoint(fs: Any, root: str, shown: str, problems: list[ReadProblem]) -> dict[str, str] | None:
+    """The checkpoint folder's listing, or None (with a problem) when it is missing, unlistable or
+    not a checkpoint (neither ``metadata`` nor ``offsets/``)."""
+    try:
+        top = _list(fs, root)
+    except FileNotFoundError:
+        problems.append(ReadProblem("checkpoint_missing", shown, "no checkpoint folder at this location"))
+        return None
+    except Exception as exc:  # permissions, network, ...
+        problems.append(ReadProblem("unreadable", shown, f"cannot list the checkpoint folder: {exc!r}"))
+        return None
+    if "metadata" not in top and top.get("offsets") != "directory":
+        problems.append(ReadProblem(
+            "not_a_checkpoint", shown,
+            "neither 'metadata' nor 'offsets/' here: expected a Structured Streaming checkpoint folder",
+        ))
+        return None
+    return top
+
+
+def _list_log(fs: Any, root: str, log_name: str, top: dict[str, str], problems: list[ReadProblem]) -> dict[int, str]:
+    """``{batch id: path}`` of one log folder (empty when the folder is absent or unlistable)."""
+    if top.get(log_name) != "directory":
+        return {}
+    folder = f"{root}/{log_name}"
+    try:
+        return _batch_files(fs, folder)
+    except Exception as exc:
+        problems.append(ReadProblem("unreadable", _display(fs, folder), f"cannot list the folder: {exc!r}"))
+        return {}
+
+
+def _fetch(fs: Any, paths: list[str]):
+    """Read every file at once (``fs.cat``); returns ``content(path) -> bytes | Exception``."""
+    contents = fs.cat(paths, on_error="return") if paths else {}
+
+    def content(path: str) -> bytes | Exception:
+        value = contents.get(path)
+        if value is None:  # some filesystems key the result by a normalised path
+            value = contents.get(fs._strip_protocol(path), FileNotFoundError(path))
+        return value
+
+    return content
+
+
+def _parse(parse: Any, raw: bytes | Exception, batch_id: int, file: str, problems: list[ReadProblem]) -> Any:
+    """``parse(raw, batch_id, file)``, or None with a problem naming the file when it cannot be read or used."""
+    if isinstance(raw, Exception):
+        problems.append(ReadProblem("unreadable", file, f"cannot read the file: {raw!r}", batch_id))
+        return None
+    try:
+        return parse(raw, batch_id, file)
+    except LogFileError as err:
+        problems.append(ReadProblem(err.kind, file, err.message, batch_id))
+        return None
 
 
 def _query_id(raw: bytes | Exception, file: str, problems: list[ReadProblem]) -> str | None:
