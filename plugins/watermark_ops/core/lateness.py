@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Iterable, Sequence
 
+from watermark_ops.core.jsontext import loads
 from watermark_ops.core.progress import progress_log_path, read_progress_log
 
 __all__ = [
@@ -327,7 +328,7 @@ def landed_lateness(landing: str, event_time_field: str | None = None) -> Landed
                 continue
             where = f"{name}:{number}"
             try:
-                event = json.loads(line)
+                event = loads(line)
             except json.JSONDecodeError as exc:
                 problem(f"{where}: expected one JSON object per line ({exc.msg})")
                 continue

@@ -51,10 +51,11 @@ Pure core: imports neither Airflow nor Spark.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
+
+from watermark_ops.core.jsontext import loads
 
 __all__ = [
     "COMMITS_MAX_VERSION",
@@ -79,10 +80,15 @@ _HEADER = re.compile(r"^v([0-9]+)$")
 _VOID_OFFSET = "-"  # OffsetSeqLog.SERIALIZED_VOID_OFFSET
 
 
+#: Batch ids are Scala ``Long`` s: a larger decimal name is not a batch file for Spark either.
+MAX_BATCH_ID = 2**63 - 1
+
+
 def is_batch_file_name(name: str) -> bool:
-    """True for a log file name that is a whole decimal batch id (``HDFSMetadataLog.isBatchFile``);
-    hidden temp files, ``.crc`` and checksum side files are not."""
-    return bool(_BATCH_NAME.match(name))
+    """True for a log file name that is a whole decimal batch id (``HDFSMetadataLog.isBatchFile``:
+    ``Try(name.toLong).isSuccess``); hidden temp files, ``.crc``, checksum side files and numbers
+    beyond a ``Long`` are not."""
+    return bool(_BATCH_NAME.match(name)) and int(name) <= MAX_BATCH_ID
 
 
 @dataclass(frozen=True)
@@ -223,7 +229,7 @@ def _lines_with_header(raw: bytes, log_name: str, max_version: int) -> tuple[int
 
 def _json_object(text: str, what: str) -> dict[str, Any]:
     try:
-        value = json.loads(text)
+        value = loads(text)
     except ValueError as exc:
         shown = text if len(text) <= 60 else text[:60] + "..."
         raise LogFileError("not_json", f"{what} is not JSON ({exc.msg} at column {exc.colno}): {shown!r}") from None
@@ -282,7 +288,7 @@ def parse_offsets(raw: bytes, batch_id: int, file: str) -> tuple[OffsetsEntry, l
             sources.append(None)
             continue
         try:
-            sources.append(json.loads(text))
+            sources.append(loads(text))
         except ValueError as exc:
             sources.append(text)
             problems.append(ReadProblem(
@@ -323,7 +329,7 @@ def parse_metadata(raw: bytes) -> str:
     if text is None:
         raise LogFileError("binary", 'binary content: expected {"id": "<query uuid>"}')
     try:
-        value = json.loads(text.strip().split("\n", 1)[0])
+        value = loads(text.strip().split("\n", 1)[0])
     except ValueError as exc:
         raise LogFileError("not_json", f'not JSON ({exc.msg}): expected {{"id": "<query uuid>"}}') from None
     if not isinstance(value, dict) or not isinstance(value.get("id"), str):

@@ -34,6 +34,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from watermark_ops.core.jsontext import loads
+
 __all__ = [
     "AuditMemory",
     "MemoryFormatError",
@@ -137,7 +139,7 @@ class StateFileMemory:
             self._entries = {}
             return self._entries
         try:
-            state = json.loads(raw.decode("utf-8"))
+            state = loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as exc:
             raise MemoryFormatError(f"state file {self.path}: not JSON ({exc}); expected "
                                     f'{{"version": {STATE_FILE_VERSION}, "checkpoints": {{...}}}}') from None

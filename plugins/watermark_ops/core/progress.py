@@ -17,6 +17,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from watermark_ops.core.jsontext import loads
 from watermark_ops.core.times import iso_utc
 
 __all__ = ["ProgressLog", "progress_log_path", "read_progress_log", "records_of_run", "run_report", "summarize_run"]
@@ -63,7 +64,7 @@ def read_progress_log(location: str) -> ProgressLog:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = loads(line)
         except json.JSONDecodeError as exc:
             log.problems.append(f"{location}:{number}: expected one JSON object per line ({exc.msg})")
             continue

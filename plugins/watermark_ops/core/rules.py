@@ -241,6 +241,13 @@ def _ranges(ids: Iterable[int]) -> list[tuple[int, int]]:
     return ranges
 
 
+def _gaps(ids: Iterable[int]) -> list[tuple[int, int]]:
+    """The ranges of ids missing between the lowest and the highest of ``ids`` (from the sorted ids:
+    a stray huge id costs one range, not memory for every id in between)."""
+    ordered = sorted(ids)
+    return [(before + 1, after - 1) for before, after in zip(ordered, ordered[1:]) if after - before > 1]
+
+
 def missing_batch(records: Sequence[BatchRecord], location: str, has_commit_log: bool = True) -> list[Finding]:
     """Holes inside the retained range (consecutive ids grouped into one finding)."""
     offsets_ids = {r.batch_id for r in records if r.has_offsets}
@@ -248,7 +255,7 @@ def missing_batch(records: Sequence[BatchRecord], location: str, has_commit_log:
         return []
     low, head = min(offsets_ids), max(offsets_ids)
     findings = []
-    for first, last in _ranges(set(range(low, head + 1)) - offsets_ids):
+    for first, last in _gaps(offsets_ids):
         span = f"offsets/{first}" if first == last else f"offsets/{first}..{last} ({last - first + 1} batches)"
         findings.append(_finding(
             "missing_batch", first, _path(location, "offsets", first),

@@ -10,7 +10,7 @@ Pure core: standard library and pendulum only.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pendulum
@@ -18,16 +18,25 @@ import pendulum
 __all__ = ["duration", "duration_ms", "duration_words", "instant_ms", "iso_utc", "now_ms"]
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
 def iso_utc(ms: int | None) -> str | None:
     """Epoch milliseconds -> ISO-8601 UTC text (``2013-01-01T09:39:00Z``, milliseconds kept when not 0).
+
+    Any integer is rendered: an instant outside the years 1 to 9999 (a corrupt or hostile file
+    can hold ``-99999999999999`` or ``2**70``) becomes ``out of range (<ms> ms)`` instead of an error.
 
     :param ms: epoch milliseconds UTC, or None.
     :return: the text, None for None.
     """
     if ms is None:
         return None
-    instant = pendulum.from_timestamp(ms / 1000, tz="UTC")
-    text = instant.format("YYYY-MM-DD[T]HH:mm:ss")
+    try:
+        instant = _EPOCH + timedelta(milliseconds=ms)
+    except (OverflowError, ValueError):
+        return f"out of range ({ms} ms)"
+    text = instant.strftime("%Y-%m-%dT%H:%M:%S").rjust(19, "0")
     return text + (f".{ms % 1000:03d}Z" if ms % 1000 else "Z")
 
 
@@ -108,10 +117,14 @@ def instant_ms(value: Any) -> int:
 
 def duration_words(ms: int | None) -> str:
     """A duration in ms for humans: ``2 hours 5 minutes`` (pendulum's words), ``-3 seconds``,
-    ``250 ms`` below a second, ``unknown`` for None."""
+    ``250 ms`` below a second, ``unknown`` for None; beyond what a ``timedelta`` holds (about
+    2.7 million years), ``<ms> ms (out of range)``."""
     if ms is None:
         return "unknown"
     if abs(ms) < 1000:
         return f"{ms} ms"
-    text = pendulum.duration(milliseconds=abs(ms)).in_words()
+    try:
+        text = pendulum.duration(milliseconds=abs(ms)).in_words()
+    except (OverflowError, ValueError):
+        return f"{ms} ms (out of range)"
     return ("-" if ms < 0 else "") + text

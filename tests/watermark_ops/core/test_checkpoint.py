@@ -191,6 +191,7 @@ def test_noise_files_are_ignored(root):
     assert [b.batch_id for b in checkpoint.batches] == [0, 1]
 
 
+DEEP = "[" * 100_000 + "]" * 100_000
 MALFORMED = {
     # name: (relative file, content, expected kind, words the message must contain)
     "header_not_a_version": ("offsets/1", 'x1\n{"batchWatermarkMs":1}\n{"logOffset":1}', "bad_header", "'x1'"),
@@ -218,6 +219,10 @@ MALFORMED = {
     "metadata_not_json": ("metadata", "{id: q}", "not_json", "query uuid"),
     "metadata_empty": ("metadata", b"", "empty", "query uuid"),
     "metadata_without_id": ("metadata", '{"name": "q"}', "bad_field", "query uuid"),
+    # json raises RecursionError, not ValueError, on deep nesting: reported like any bad JSON.
+    "offsets_deeply_nested": ("offsets/1", "v1\n" + DEEP + "\n-", "not_json", "nested too deeply"),
+    "commits_deeply_nested": ("commits/1", "v1\n" + DEEP, "not_json", "nested too deeply"),
+    "metadata_deeply_nested": ("metadata", DEEP, "not_json", "nested too deeply"),
 }
 
 
@@ -244,6 +249,16 @@ def test_malformed_file_is_a_clear_problem_and_the_rest_is_read(root, case):
         assert broken.commit is None and broken.committed and broken.watermark_ms == 1000
     else:
         assert checkpoint.query_id is None
+
+
+def test_a_name_beyond_a_long_is_no_batch_file(root):
+    # Spark's HDFSMetadataLog.isBatchFile is Try(name.toLong): a 23-digit name is noise, not the head.
+    cf.handmade_checkpoint(root, [(0, 1000), (1000, 2000)])
+    cf.put(root, "offsets/" + "9" * 23, cf.offsets_text(5000))
+    cf.put(root, f"offsets/{2**63 - 1}", cf.offsets_text(7000))
+    checkpoint = read_checkpoint(root)
+    assert checkpoint.head_batch_id == 2**63 - 1 and checkpoint.problems == ()
+    assert [b.batch_id for b in checkpoint.batches] == [0, 1, 2**63 - 1]
 
 
 def test_source_line_not_json_keeps_the_batch(root):

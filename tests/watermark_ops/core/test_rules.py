@@ -88,6 +88,13 @@ def test_missing_batches_are_grouped_and_a_warning():
     assert missing_batch(records, "/data/cp", has_commit_log=False)[-1].batch_id == 6
 
 
+def test_a_huge_gap_is_one_finding_without_enumerating_it():
+    head = 2**63 - 1  # the largest batch id Spark can write; the ids in between are never built
+    findings = missing_batch(chain((0, 10), (10, 20)) + chain((20, None), first=head), "/data/cp")
+    assert rules_of(findings) == [("missing_batch", "warning", 2)]
+    assert f"offsets/2..{head - 1} ({head - 2} batches)" in findings[0].message
+
+
 def test_in_flight_head_is_info_with_the_watermark_of_the_rerun():
     (finding,) = in_flight_batch(chain((0, 5000), (5000, None)))
     assert (finding.rule, finding.severity, finding.batch_id, finding.file) == ("in_flight_batch", "info", 1, "cp/offsets/1")

@@ -42,8 +42,18 @@ def test_iso_utc_keeps_milliseconds_only_when_there_are_some():
     assert iso_utc(1357047180042) == "2013-01-01T13:33:00.042Z"
 
 
+def test_iso_utc_renders_any_integer_and_says_when_it_is_out_of_range():
+    assert iso_utc(-1) == "1969-12-31T23:59:59.999Z"
+    assert iso_utc(-62_135_596_800_000) == "0001-01-01T00:00:00Z"
+    assert iso_utc(253_402_300_799_999) == "9999-12-31T23:59:59.999Z"
+    for value in (-99_999_999_999_999, 253_402_300_800_000, 2**70, -(2**70)):
+        assert iso_utc(value) == f"out of range ({value} ms)"
+
+
 def test_duration_words():
     assert duration_words(None) == "unknown"
     assert duration_words(250) == "250 ms"
     assert duration_words(-3000) == "-3 seconds"
     assert duration_words(2 * 3_600_000 + 5 * 60_000) == "2 hours 5 minutes"
+    assert duration_words(2**70) == f"{2**70} ms (out of range)"
+    assert duration_words(-(10**17)) == f"{-(10**17)} ms (out of range)"

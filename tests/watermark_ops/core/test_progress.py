@@ -1,0 +1,40 @@
+"""The progress-log reader: good lines kept, bad lines named and kept aside, runs summarised."""
+
+from __future__ import annotations
+
+import json
+
+from watermark_ops.core.progress import progress_log_path, read_progress_log, records_of_run, summarize_run
+
+
+def _line(batch_id, tag, **fields):
+    return json.dumps({"batch_id": batch_id, "run_tag": tag, **fields})
+
+
+def test_bad_lines_are_named_and_the_rest_is_read(tmp_path):
+    log = tmp_path / "cp.progress.jsonl"
+    log.write_text("\n".join([
+        _line(0, "a", input_rows=5, watermark_ms=0, state_rows_removed=1),
+        "{cut",
+        "[" * 100_000 + "]" * 100_000,  # deep nesting: not a RecursionError
+        json.dumps({"no_batch_id": 1}),
+        "",
+        _line(1, "a", input_rows=0, watermark_ms=7000, executed=False),
+        _line(2, "b", input_rows=3, watermark_ms=9000, rows_dropped_by_watermark=2,
+              observed_metrics={"quarantine": {"rows": 1}}),
+    ]) + "\n")
+    read = read_progress_log(str(log))
+    assert [r["batch_id"] for r in read.records] == [0, 1, 2]
+    assert [p.split(": ", 1)[0] for p in read.problems] == [f"{log}:2", f"{log}:3", f"{log}:4"]
+    assert "nested too deeply" in read.problems[1] and "integer batch_id" in read.problems[2]
+    assert read_progress_log(str(tmp_path / "missing.jsonl")).records == []
+
+    run_a = summarize_run(records_of_run(read, "a"))
+    assert run_a["batch_ids"] == [0] and run_a["windows_emitted"] == 1  # batch 1 ran no batch
+    run_b = summarize_run(records_of_run(read, "b"))
+    assert (run_b["last_watermark_ms"], run_b["rows_dropped_by_watermark"], run_b["quarantined_rows"]) == (9000, 2, 1)
+
+
+def test_the_log_lives_beside_the_checkpoint():
+    assert progress_log_path("/data/cp/") == "/data/cp.progress.jsonl"
+    assert progress_log_path("s3://bucket/cp") == "s3://bucket/cp.progress.jsonl"
