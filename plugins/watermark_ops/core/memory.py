@@ -28,11 +28,12 @@ Pure core: imports neither Airflow nor Spark.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import uuid
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Iterator, Protocol
 
 from watermark_ops.core.jsontext import loads
 
@@ -114,10 +115,14 @@ def memory_key(location: Any) -> str:
 class StateFileMemory:
     """A JSON state file (local path or fsspec URL) remembering one head per checkpoint.
 
-    The file is read once (on the first :meth:`load` or :meth:`save`) and rewritten whole on each
-    :meth:`save`, atomically where the filesystem can rename (a temp file beside it, then a move).
-    A missing file is an empty memory; a file that is not the shape in the module docstring
-    raises :class:`MemoryFormatError` and is never overwritten.
+    The file is read once (on the first :meth:`load`) and rewritten whole on each :meth:`save`,
+    atomically where the filesystem can rename (a temp file beside it, then a move), so a reader
+    never sees half a file. Audits running at once may share one file: on the local filesystem
+    :meth:`save` holds an exclusive ``flock`` on ``<file>.lock`` while it re-reads the file, adds
+    its entry and replaces the file, so no audit loses another's entry. Object stores have no such
+    lock: there the re-read only narrows the window. A missing file is an empty memory; a file that
+    is not the shape in the module docstring raises :class:`MemoryFormatError` and is never
+    overwritten.
 
     :param path: the state file location.
     :param storage_options: passed to ``fsspec.core.url_to_fs``.
@@ -166,14 +171,32 @@ class StateFileMemory:
 
         :raises MemoryFormatError: when the existing file is malformed (it is left untouched).
         """
-        entries = dict(self._read())
-        entries[memory_key(location)] = head.to_dict()
-        payload = json.dumps({"version": STATE_FILE_VERSION, "checkpoints": entries}, indent=2, sort_keys=True)
         parent = self._fs._parent(self._fs_path)
         if parent:
             self._fs.makedirs(parent, exist_ok=True)
-        name = self._fs_path.rstrip("/").rsplit("/", 1)[-1]
-        temp = f"{parent}/.{name}.{uuid.uuid4().hex}.tmp" if parent else f".{name}.{uuid.uuid4().hex}.tmp"
-        self._fs.pipe_file(temp, (payload + "\n").encode())
-        self._fs.mv(temp, self._fs_path)
-        self._entries = entries
+        with self._exclusive():
+            self._entries = None  # re-read: another audit may have saved since this one loaded
+            entries = dict(self._read())
+            entries[memory_key(location)] = head.to_dict()
+            payload = json.dumps({"version": STATE_FILE_VERSION, "checkpoints": entries}, indent=2, sort_keys=True)
+            name = self._fs_path.rstrip("/").rsplit("/", 1)[-1]
+            temp = f"{parent}/.{name}.{uuid.uuid4().hex}.tmp" if parent else f".{name}.{uuid.uuid4().hex}.tmp"
+            self._fs.pipe_file(temp, (payload + "\n").encode())
+            self._fs.mv(temp, self._fs_path)
+            self._entries = entries
+
+    @contextlib.contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        """An exclusive ``flock`` on ``<file>.lock`` on the local filesystem; nothing elsewhere."""
+        protocol = self._fs.protocol if isinstance(self._fs.protocol, str) else self._fs.protocol[0]
+        if protocol not in ("file", "local"):
+            yield
+            return
+        import fcntl
+
+        with open(self._fs_path + ".lock", "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)

@@ -32,7 +32,8 @@ def test_state_file_round_trip_keeps_other_checkpoints(tmp_path):
     fresh = StateFileMemory(str(path))
     assert fresh.load("/data/cp/") == HEAD
     assert fresh.load("s3://bucket/other").query_id is None
-    assert [name for name in os.listdir(path.parent) if name != "state.json"] == []  # no temp file left
+    leftovers = sorted(name for name in os.listdir(path.parent) if name != "state.json")
+    assert leftovers == ["state.json.lock"]  # the lock of concurrent audits stays; no temp file is left
 
 
 def test_relative_and_absolute_local_paths_are_one_checkpoint(tmp_path, monkeypatch):
@@ -72,3 +73,30 @@ def test_malformed_state_file_is_named_and_never_overwritten(tmp_path, content, 
     assert path.read_text() == content
 
 
+
+
+def test_twenty_parallel_audits_share_one_state_file_and_lose_no_entry(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.watermark_ops import checkpoint_fixtures as cf
+
+    state = tmp_path / "state.json"
+    roots = []
+    for i in range(20):
+        root = tmp_path / f"cp{i}"
+        cf.handmade_checkpoint(str(root), [(0, 1000 * i), (1000 * i, 1000 * i + 1)])
+        roots.append(root)
+    script = ("import sys; from watermark_ops.core.audit import run_audit; "
+              "from watermark_ops.core.memory import StateFileMemory; "
+              "sys.exit(run_audit(sys.argv[1], StateFileMemory(sys.argv[2])).exit_code)")
+    plugins = str(Path(__file__).resolve().parents[3] / "plugins")
+    env = dict(os.environ, PYTHONPATH=plugins)
+    audits = [subprocess.Popen([sys.executable, "-c", script, str(root), str(state)], env=env) for root in roots]
+    assert [audit.wait(timeout=120) for audit in audits] == [0] * 20
+    document = json.loads(state.read_text())  # never half-written
+    assert sorted(document["checkpoints"]) == sorted(memory_key(root) for root in roots)
+    for i, root in enumerate(roots):
+        assert StateFileMemory(state).load(str(root)).watermark_ms == 1000 * i + 1
+    assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
