@@ -86,7 +86,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
 
-    from streaming_common import build_session
+    from streaming_driver import build_session
 
     work = Path(tempfile.mkdtemp(prefix="wmo-bench-"))
     t0 = time.perf_counter()

@@ -71,10 +71,10 @@ import os
 import sys
 from dataclasses import dataclass
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # streaming_common, flight_windows
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # streaming_driver, flight_windows
 
 from flight_windows import classified_events, quarantined  # noqa: E402
-from streaming_common import (  # noqa: E402
+from streaming_driver import (  # noqa: E402
     add_run_arguments,
     classified_json_stream,
     execute,
@@ -203,7 +203,7 @@ def classified_weather(spark, config: JoinConfig):
     """The weather landing folder as a stream with ``event_time`` (timestamp) and ``reason``.
 
     ``reason`` is null for a good row, else ``malformed_record``, ``null_event_time`` or
-    ``unparseable_event_time``: the rules of ``streaming_common.classified_json_stream``, shared
+    ``unparseable_event_time``: the rules of ``streaming_driver.classified_json_stream``, shared
     with ``flight_windows.classified_events``.
     """
     return classified_json_stream(spark, config.weather_landing, WEATHER_SCHEMA_DDL, "time_hour",
@@ -279,7 +279,7 @@ def run(spark, config: JoinConfig) -> dict:
         "state_operators": [{"batch_id", "operators": [{"operator", "rows_dropped_by_watermark",
         "state_rows"}]}], "watermark_policy": {"requested", "effective"}},
         "flight_weather_quarantine": {"query_id", "batches", "state_operators"}}``; records are
-        those of this run (shape in ``streaming_common``); ``effective`` is None when the
+        those of this run (shape in ``streaming_driver``); ``effective`` is None when the
         checkpoint's policy could not be read.
     :raises pyspark.errors.StreamingQueryException: when a query failed (after recording its
         batches and stopping the other query).

@@ -35,9 +35,9 @@ import os
 import sys
 from dataclasses import dataclass
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # streaming_common, in client mode
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # streaming_driver, in client mode
 
-from streaming_common import (  # noqa: E402
+from streaming_driver import (  # noqa: E402
     add_run_arguments,
     classified_json_stream,
     execute,
@@ -82,7 +82,7 @@ def classified_events(spark, config: JobConfig):
     """The landing folder as a stream of events with ``event_time`` (timestamp) and ``reason``.
 
     ``reason`` is null for a good row, else why the row is kept aside (see module docstring):
-    the shared rules of ``streaming_common.classified_json_stream`` plus ``no_arrival``.
+    the shared rules of ``streaming_driver.classified_json_stream`` plus ``no_arrival``.
     """
     return classified_json_stream(spark, config.landing, EVENT_SCHEMA_DDL, "dep_time",
                                   config.max_files_per_trigger, {"no_arrival": "arr_time"})
@@ -139,7 +139,7 @@ def run(spark, config: JobConfig) -> dict:
 
     :return: ``{"flight_windows": {"query_id", "batches": [progress records]},
         "flight_windows_quarantine": {...}}``; the records are those of this run (see
-        ``streaming_common`` for their shape).
+        ``streaming_driver`` for their shape).
     :raises pyspark.errors.StreamingQueryException: when a query failed (after recording its
         batches and stopping the other query).
     """

@@ -21,7 +21,7 @@ import pendulum
 import pytest
 
 import flight_windows as fw
-from streaming_common import progress_log_path
+from streaming_driver import progress_log_path
 from watermark_ops import lander, settings
 from watermark_ops.progress import read_progress_log, summarize_run
 
