@@ -3,10 +3,11 @@
 Inputs, each a file source with an explicit schema over its own landing folder:
 
 * flights: the lander's JSON lines (``watermark_ops.lander``), event time ``dep_time`` (actual
-  departure); read, classified and quarantined exactly as ``flight_windows`` does
-  (:func:`flight_windows.classified_events`, :func:`flight_windows.quarantined`);
+  departure); read, classified and quarantined exactly as in ``flight_windows``
+  (``flight_inputs.classified_events``, ``flight_inputs.quarantined``);
 * weather: the weather lander's JSON lines (``watermark_ops.weather_lander``), event time
-  ``time_hour`` (the observation hour), reaching the stream 1-3 hours after it.
+  ``time_hour`` (the observation hour), reaching the stream 1-3 hours after it; read and
+  classified by the same rules (``flight_inputs.classified_weather``).
 
 The query ``flight_weather``:
 
@@ -71,16 +72,10 @@ import os
 import sys
 from dataclasses import dataclass
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # streaming_driver, flight_windows
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # flight_inputs, streaming_driver, in client mode
 
-from flight_windows import classified_events, quarantined  # noqa: E402
-from streaming_driver import (  # noqa: E402
-    add_run_arguments,
-    classified_json_stream,
-    execute,
-    run_driver,
-    run_queries,
-)
+from flight_inputs import WEATHER_MEASUREMENTS, classified_events, classified_weather, quarantined  # noqa: E402
+from streaming_driver import add_run_arguments, execute, run_driver, run_queries  # noqa: E402
 
 log = logging.getLogger("watermark_ops.flight_weather_join")
 
@@ -94,14 +89,6 @@ POLICY_CONF = "spark.sql.streaming.multipleWatermarkPolicy"
 # (written before Spark 2.4) runs with the default policy.
 CHECKPOINT_DEFAULT_POLICY = "min"
 
-# DDL of the weather lander's event (watermark_ops.weather_lander); time_hour is ISO-8601 UTC text,
-# parsed in the job so that an unparseable value is quarantined instead of silently becoming null.
-WEATHER_SCHEMA_DDL = (
-    "id BIGINT, origin STRING, time_hour STRING, temp DOUBLE, dewp DOUBLE, humid DOUBLE, "
-    "wind_dir DOUBLE, wind_speed DOUBLE, wind_gust DOUBLE, precip DOUBLE, pressure DOUBLE, "
-    "visib DOUBLE, stream_time STRING, _corrupt_record STRING"
-)
-WEATHER_MEASUREMENTS = ("temp", "dewp", "humid", "wind_dir", "wind_speed", "wind_gust", "precip", "pressure", "visib")
 JOIN_CONDITION = (
     "weather_origin = origin AND weather_time > dep_time - INTERVAL 1 HOUR AND weather_time <= dep_time"
 )
@@ -111,7 +98,7 @@ JOIN_CONDITION = (
 class JoinConfig:
     """Where the job reads and writes, and how. Locations are local paths or Hadoop URIs.
 
-    ``landing`` is the flights landing folder (the name ``flight_windows.classified_events`` reads).
+    ``landing`` is the flights landing folder (the same flag as ``flight_windows``).
     Delay thresholds are Spark interval strings (``"2 hours"``).
     """
 
@@ -199,17 +186,6 @@ def apply_watermark_policy(spark, checkpoint: str, requested: str) -> str:
     return frozen
 
 
-def classified_weather(spark, config: JoinConfig):
-    """The weather landing folder as a stream with ``event_time`` (timestamp) and ``reason``.
-
-    ``reason`` is null for a good row, else ``malformed_record``, ``null_event_time`` or
-    ``unparseable_event_time``: the rules of ``streaming_driver.classified_json_stream``, shared
-    with ``flight_windows.classified_events``.
-    """
-    return classified_json_stream(spark, config.weather_landing, WEATHER_SCHEMA_DDL, "time_hour",
-                                  config.max_files_per_trigger)
-
-
 def flights_with_weather(flight_events, weather_events, flights_delay: str, weather_delay: str):
     """Good flights (watermarked, deduplicated) left-outer joined with good weather (watermarked).
 
@@ -241,7 +217,7 @@ def flights_with_weather(flight_events, weather_events, flights_delay: str, weat
 def quarantined_both(flight_events, weather_events):
     """Bad rows of both inputs, with ``input`` (``flights`` | ``weather``) and their reason.
 
-    Flights keep ``flight_windows.quarantined``'s columns; weather rows add ``time_hour``.
+    Flights keep ``flight_inputs.quarantined``'s columns; weather rows add ``time_hour``.
     """
     from pyspark.sql import functions as F
 
@@ -285,8 +261,8 @@ def run(spark, config: JoinConfig) -> dict:
         batches and stopping the other query).
     """
     effective = apply_watermark_policy(spark, config.checkpoint, config.watermark_policy)
-    flight_events = classified_events(spark, config)
-    weather_events = classified_weather(spark, config)
+    flight_events = classified_events(spark, config.landing, config.max_files_per_trigger)
+    weather_events = classified_weather(spark, config.weather_landing, config.max_files_per_trigger)
     joined = flights_with_weather(flight_events, weather_events,
                                   config.flights_delay_threshold, config.weather_delay_threshold)
     plans = [

@@ -258,35 +258,6 @@ class ProgressRecorder:
             self._listener = None
 
 
-def classified_json_stream(spark, landing: str, schema_ddl: str, event_time_field: str,
-                           max_files_per_trigger: int | None = None, required_fields: dict[str, str] | None = None):
-    """A landing folder of JSON lines as a stream with ``event_time`` (timestamp) and ``reason``.
-
-    File source with an explicit schema (``schema_ddl`` must include ``_corrupt_record STRING``),
-    ``PERMISSIVE`` mode. The event time is parsed in the job (``try_to_timestamp``) so that an
-    unparseable value is caught instead of silently becoming null. ``reason`` is null for a good
-    row, else the first that applies: ``malformed_record`` (the line is not a JSON object of the
-    schema; its text is in ``_corrupt_record``), ``null_event_time``, ``unparseable_event_time``,
-    then ``required_fields``' reasons (``{reason: field}``: the field is null).
-    """
-    from pyspark.sql import functions as F
-
-    reader = spark.readStream.schema(schema_ddl).option("mode", "PERMISSIVE").option(
-        "columnNameOfCorruptRecord", "_corrupt_record")
-    if max_files_per_trigger:
-        reader = reader.option("maxFilesPerTrigger", max_files_per_trigger)
-    raw = reader.json(landing)
-    event_time = F.expr(f"try_to_timestamp({event_time_field})")
-    reason = (
-        F.when(F.col("_corrupt_record").isNotNull(), F.lit("malformed_record"))
-        .when(F.col(event_time_field).isNull(), F.lit("null_event_time"))
-        .when(event_time.isNull(), F.lit("unparseable_event_time"))
-    )
-    for name, field in (required_fields or {}).items():
-        reason = reason.when(F.col(field).isNull(), F.lit(name))
-    return raw.withColumn("event_time", event_time).withColumn("reason", reason)
-
-
 def run_queries(spark, plans, spark_trigger: str, run_tag: str | None) -> list[tuple[Any, list[dict[str, Any]]]]:
     """Run (restart) append-mode Parquet queries once with one Spark trigger, recording progress.
 
