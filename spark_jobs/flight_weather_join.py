@@ -75,7 +75,14 @@ from dataclasses import dataclass
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # flight_inputs, streaming_driver, in client mode
 
 from flight_inputs import WEATHER_MEASUREMENTS, classified_events, classified_weather, quarantined  # noqa: E402
-from streaming_driver import add_run_arguments, execute, run_driver, run_queries  # noqa: E402
+from streaming_driver import (  # noqa: E402
+    POLICY_CONF,
+    add_run_arguments,
+    checkpoint_watermark_policy,
+    execute,
+    run_driver,
+    run_queries,
+)
 
 log = logging.getLogger("watermark_ops.flight_weather_join")
 
@@ -84,11 +91,6 @@ QUARANTINE_QUERY_NAME = "flight_weather_quarantine"
 DEFAULT_FLIGHTS_DELAY_THRESHOLD = "2 hours"
 DEFAULT_WEATHER_DELAY_THRESHOLD = "3 hours"
 WATERMARK_POLICIES = ("min", "max")
-POLICY_CONF = "spark.sql.streaming.multipleWatermarkPolicy"
-# OffsetSeqMetadata.relevantSQLConfDefaultValues: a checkpoint whose offsets conf lacks the key
-# (written before Spark 2.4) runs with the default policy.
-CHECKPOINT_DEFAULT_POLICY = "min"
-
 JOIN_CONDITION = (
     "weather_origin = origin AND weather_time > dep_time - INTERVAL 1 HOUR AND weather_time <= dep_time"
 )
@@ -120,41 +122,6 @@ class JoinConfig:
             raise ValueError(f"watermark policy must be one of {WATERMARK_POLICIES}, got {self.watermark_policy!r}")
         self.quarantine_output = self.quarantine_output or self.output.rstrip("/") + "_quarantine"
         self.quarantine_checkpoint = self.quarantine_checkpoint or self.checkpoint.rstrip("/") + "_quarantine"
-
-
-def checkpoint_watermark_policy(checkpoint: str) -> str | None:
-    """The ``multipleWatermarkPolicy`` a checkpoint is frozen with, from its latest offsets file.
-
-    Reads line 2 (``OffsetSeqMetadata``, ``OffsetSeq.scala``) of ``<checkpoint>/offsets/<N>``
-    for the highest decimal N (other names, e.g. ``.N.crc`` and temp files, are ignored).
-
-    :param checkpoint: checkpoint location (local path or fsspec URL).
-    :return: ``"min"`` or ``"max"``; ``"min"`` when the conf lacks the key (Spark's default for
-        old checkpoints); None for a new checkpoint (no offsets file yet).
-    :raises ValueError: naming the file when the latest offsets file is not ``v<N>`` followed by
-        a JSON object line (Spark would refuse to restart from it as well).
-    """
-    import fsspec
-
-    fs, root = fsspec.core.url_to_fs(str(checkpoint))
-    folder = root.rstrip("/") + "/offsets"
-    if not fs.isdir(folder):
-        return None
-    ids = [int(name) for name in (p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(folder, detail=False))
-           if name.isdigit()]
-    if not ids:
-        return None
-    path = f"{folder}/{max(ids)}"
-    lines = fs.cat_file(path).decode("utf-8", errors="replace").split("\n")
-    try:
-        if not lines[0].startswith("v"):
-            raise ValueError("no version line")
-        metadata = json.loads(lines[1]) if lines[1].strip() else {}
-        if not isinstance(metadata, dict):
-            raise ValueError("metadata is not a JSON object")
-    except (IndexError, ValueError) as exc:
-        raise ValueError(f"{path}: expected an offset log file ('v<N>' then a metadata JSON object) ({exc})") from exc
-    return str((metadata.get("conf") or {}).get(POLICY_CONF, CHECKPOINT_DEFAULT_POLICY))
 
 
 def apply_watermark_policy(spark, checkpoint: str, requested: str) -> str:

@@ -50,10 +50,14 @@ from typing import Any, Callable
 
 log = logging.getLogger("watermark_ops.spark")
 
+POLICY_CONF = "spark.sql.streaming.multipleWatermarkPolicy"
 # Confs that Spark freezes in the checkpoint at the first batch (offsets/N "conf") and silently
 # overrides on every restart. Each run records what its session asked for, so the audit can report
 # a request the checkpoint ignored (OffsetSeqMetadata.setSessionConf in OffsetSeq.scala).
-FROZEN_CONFS = ("spark.sql.streaming.multipleWatermarkPolicy", "spark.sql.shuffle.partitions")
+FROZEN_CONFS = (POLICY_CONF, "spark.sql.shuffle.partitions")
+# OffsetSeqMetadata.relevantSQLConfDefaultValues: a checkpoint whose offsets conf lacks the key
+# (written before Spark 2.4) runs with the default policy.
+CHECKPOINT_DEFAULT_POLICY = "min"
 
 SPARK_TRIGGERS = ("availableNow", "once")
 
@@ -256,6 +260,41 @@ class ProgressRecorder:
         if self._listener is not None:
             self._spark.streams.removeListener(self._listener)
             self._listener = None
+
+
+def checkpoint_watermark_policy(checkpoint: str) -> str | None:
+    """The ``multipleWatermarkPolicy`` a checkpoint is frozen with, from its latest offsets file.
+
+    Reads line 2 (``OffsetSeqMetadata``, ``OffsetSeq.scala``) of ``<checkpoint>/offsets/<N>``
+    for the highest decimal N (other names, e.g. ``.N.crc`` and temp files, are ignored).
+
+    :param checkpoint: checkpoint location (local path or fsspec URL).
+    :return: ``"min"`` or ``"max"``; ``"min"`` when the conf lacks the key (Spark's default for
+        old checkpoints); None for a new checkpoint (no offsets file yet).
+    :raises ValueError: naming the file when the latest offsets file is not ``v<N>`` followed by
+        a JSON object line (Spark would refuse to restart from it as well).
+    """
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(str(checkpoint))
+    folder = root.rstrip("/") + "/offsets"
+    if not fs.isdir(folder):
+        return None
+    ids = [int(name) for name in (p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(folder, detail=False))
+           if name.isdigit()]
+    if not ids:
+        return None
+    path = f"{folder}/{max(ids)}"
+    lines = fs.cat_file(path).decode("utf-8", errors="replace").split("\n")
+    try:
+        if not lines[0].startswith("v"):
+            raise ValueError("no version line")
+        metadata = json.loads(lines[1]) if lines[1].strip() else {}
+        if not isinstance(metadata, dict):
+            raise ValueError("metadata is not a JSON object")
+    except (IndexError, ValueError) as exc:
+        raise ValueError(f"{path}: expected an offset log file ('v<N>' then a metadata JSON object) ({exc})") from exc
+    return str((metadata.get("conf") or {}).get(POLICY_CONF, CHECKPOINT_DEFAULT_POLICY))
 
 
 def run_queries(spark, plans, spark_trigger: str, run_tag: str | None) -> list[tuple[Any, list[dict[str, Any]]]]:

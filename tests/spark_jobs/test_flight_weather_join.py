@@ -26,6 +26,7 @@ import pendulum
 import pytest
 
 import flight_weather_join as job
+from streaming_driver import checkpoint_watermark_policy
 from watermark_ops.audit import run_audit
 from watermark_ops.checkpoint import read_checkpoint
 from watermark_ops.lander import land_interval
@@ -331,7 +332,7 @@ def test_restart_with_the_other_policy_keeps_the_checkpoints(spark, staged, poli
     checkpoint = read_checkpoint(config.checkpoint)
     new = [b for b in checkpoint.batches if b.batch_id > head_before]
     assert new and {b.conf[job.POLICY_CONF] for b in new} == {"min"}
-    assert job.checkpoint_watermark_policy(config.checkpoint) == "min"
+    assert checkpoint_watermark_policy(config.checkpoint) == "min"
     # And the query really ran with min: the watermark the definition predicts under min, which
     # is not the one max would have given.
     under_min = predict(staged, "min")[2]
@@ -348,21 +349,6 @@ def test_restart_with_the_other_policy_keeps_the_checkpoints(spark, staged, poli
     assert "multipleWatermarkPolicy='max'" in drift[0].message and "'min'" in drift[0].message
     assert drift[0].file.endswith(".progress.jsonl")
     assert report.status == "ok"  # a warning, not a violation
-
-
-def test_checkpoint_watermark_policy_reads_the_latest_offsets_file(tmp_path):
-    offsets = tmp_path / "cp" / "offsets"
-    assert job.checkpoint_watermark_policy(str(tmp_path / "cp")) is None  # new checkpoint
-    offsets.mkdir(parents=True)
-    (offsets / "0").write_text('v1\n{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{"%s":"max"}}\n-\n' % job.POLICY_CONF)
-    (offsets / ".1.crc").write_text("ignored")
-    assert job.checkpoint_watermark_policy(str(tmp_path / "cp")) == "max"
-    # Spark before 2.4 wrote no policy: those checkpoints run with the default, min.
-    (offsets / "1").write_text('v1\n{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{}}\n-\n')
-    assert job.checkpoint_watermark_policy(str(tmp_path / "cp")) == "min"
-    (offsets / "2").write_text("v1\nnot json\n")
-    with pytest.raises(ValueError, match=r"offsets/2: expected an offset log file"):
-        job.checkpoint_watermark_policy(str(tmp_path / "cp"))
 
 
 def test_cli_mirrors_flight_windows():
