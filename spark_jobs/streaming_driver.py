@@ -1,7 +1,18 @@
-"""What every watermark-ops Spark job shares: the session, the Spark trigger, the progress log.
+"""The driver side of every watermark-ops Spark job: session, Spark trigger, progress listener.
 
-This module ships next to each job script (spark-submit ``--py-files``, or the script's own
-folder on ``sys.path`` in client mode). It imports pyspark, so it is never imported by DAG files.
+What each job script does around its own pipeline, in the order of this module:
+
+* the session (:func:`build_session`) and the Spark trigger (:func:`apply_spark_trigger`);
+* the progress listener (:class:`ProgressRecorder`), which writes the progress log below, and the
+  confs Spark freezes in the checkpoint (``FROZEN_CONFS``, :func:`checkpoint_watermark_policy`);
+* running a job's queries once, recording their progress (:func:`run_queries`);
+* the driver: the shared flags (:func:`add_run_arguments`), session, run and stop
+  (:func:`execute`), and the exit path (:func:`run_driver`, :func:`exit_with_launcher`,
+  :func:`exit_process`).
+
+What the flight jobs read is in ``flight_inputs``. This module ships next to each job script
+(spark-submit ``--py-files``, or the script's own folder on ``sys.path`` in client mode). It
+imports pyspark, so it is never imported by DAG files.
 
 The progress log
 ----------------
@@ -262,6 +273,15 @@ class ProgressRecorder:
             self._listener = None
 
 
+def progress_log_path(checkpoint: str) -> str:
+    """The progress log beside a checkpoint: ``<checkpoint>.progress.jsonl``.
+
+    The same convention as ``watermark_ops.settings.progress_log_path`` (the readers' side;
+    this module cannot import the plugin package under spark-submit). A test keeps them equal.
+    """
+    return str(checkpoint).rstrip("/") + ".progress.jsonl"
+
+
 def checkpoint_watermark_policy(checkpoint: str) -> str | None:
     """The ``multipleWatermarkPolicy`` a checkpoint is frozen with, from its latest offsets file.
 
@@ -334,50 +354,6 @@ def run_queries(spark, plans, spark_trigger: str, run_tag: str | None) -> list[t
     return [(query, recorder.records(query)) for query in queries]
 
 
-def exit_with_launcher(poll_seconds: float = 1.0) -> bool:
-    """Under spark-submit, end this Python driver as soon as the JVM that launched it is gone.
-
-    spark-submit's JVM (``PythonRunner``) starts the Python driver as its child. Airflow's
-    SparkSubmitOperator.on_kill kills that JVM; the Python process would then be left behind,
-    sometimes for good (py4j threads keep it alive). A daemon thread polls ``os.getppid()`` and
-    exits the process with status 143 when the parent changes. Without spark-submit (plain
-    ``python job.py``, where Python is the JVM's parent) it does nothing.
-
-    :param poll_seconds: how often the parent is checked.
-    :return: True when the watchdog was started.
-    """
-    if "PYSPARK_GATEWAY_PORT" not in os.environ:
-        return False
-    parent = os.getppid()
-
-    def watch() -> None:
-        while True:
-            time.sleep(poll_seconds)
-            if os.getppid() != parent:
-                # No logging here: a logging lock may be held by a thread that will never run again.
-                os.write(2, f"spark-submit JVM (pid {parent}) is gone: stopping this driver\n".encode())
-                os._exit(143)
-
-    threading.Thread(target=watch, name="exit-with-launcher", daemon=True).start()
-    return True
-
-
-def exit_process(code: int) -> None:
-    """Flush stdout/stderr and end the driver process now with ``code``, skipping interpreter
-    finalization.
-
-    After the spark-submit JVM died, normal finalization deadlocked here: py4j's ``__del__`` logs,
-    and the logging lock was held by a daemon thread that finalization had frozen. Everything the
-    job writes (sinks, checkpoint, progress log) is closed before this is called.
-    """
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except BaseException:  # noqa: BLE001 - a closed or broken pipe must not stop the exit
-            pass
-    os._exit(code)
-
-
 def add_run_arguments(parser) -> None:
     """The command-line flags every job shares: ``--trigger`` (dest ``spark_trigger``),
     ``--run-tag``, ``--max-files-per-trigger``, ``--master``, ``--shuffle-partitions``."""
@@ -433,10 +409,45 @@ def run_driver(main: Callable[[], int]) -> None:
         exit_process(code)
 
 
-def progress_log_path(checkpoint: str) -> str:
-    """The progress log beside a checkpoint: ``<checkpoint>.progress.jsonl``.
+def exit_with_launcher(poll_seconds: float = 1.0) -> bool:
+    """Under spark-submit, end this Python driver as soon as the JVM that launched it is gone.
 
-    The same convention as ``watermark_ops.settings.progress_log_path`` (the readers' side;
-    this module cannot import the plugin package under spark-submit). A test keeps them equal.
+    spark-submit's JVM (``PythonRunner``) starts the Python driver as its child. Airflow's
+    SparkSubmitOperator.on_kill kills that JVM; the Python process would then be left behind,
+    sometimes for good (py4j threads keep it alive). A daemon thread polls ``os.getppid()`` and
+    exits the process with status 143 when the parent changes. Without spark-submit (plain
+    ``python job.py``, where Python is the JVM's parent) it does nothing.
+
+    :param poll_seconds: how often the parent is checked.
+    :return: True when the watchdog was started.
     """
-    return str(checkpoint).rstrip("/") + ".progress.jsonl"
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        return False
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(poll_seconds)
+            if os.getppid() != parent:
+                # No logging here: a logging lock may be held by a thread that will never run again.
+                os.write(2, f"spark-submit JVM (pid {parent}) is gone: stopping this driver\n".encode())
+                os._exit(143)
+
+    threading.Thread(target=watch, name="exit-with-launcher", daemon=True).start()
+    return True
+
+
+def exit_process(code: int) -> None:
+    """Flush stdout/stderr and end the driver process now with ``code``, skipping interpreter
+    finalization.
+
+    After the spark-submit JVM died, normal finalization deadlocked here: py4j's ``__del__`` logs,
+    and the logging lock was held by a daemon thread that finalization had frozen. Everything the
+    job writes (sinks, checkpoint, progress log) is closed before this is called.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:  # noqa: BLE001 - a closed or broken pipe must not stop the exit
+            pass
+    os._exit(code)
