@@ -124,7 +124,7 @@ class JoinConfig:
         self.quarantine_checkpoint = self.quarantine_checkpoint or self.checkpoint.rstrip("/") + "_quarantine"
 
 
-def apply_watermark_policy(spark, checkpoint: str, requested: str) -> str:
+def apply_watermark_policy(spark, checkpoint: str, requested: str) -> str | None:
     """Set the requested policy on the session; return the one the query will actually run with.
 
     A new checkpoint takes ``requested``. An existing one keeps the policy frozen in its offsets

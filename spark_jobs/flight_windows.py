@@ -67,7 +67,11 @@ class JobConfig:
 
 
 def hourly_windows(events, delay_threshold: str):
-    """Good rows → watermark → 1-hour tumbling windows per origin (append-mode aggregate)."""
+    """Good rows → watermark → 1-hour tumbling windows per origin (append-mode aggregate).
+
+    Output columns: ``origin, window_start, window_end`` (timestamps, UTC), ``departures``,
+    ``mean_dep_delay`` and ``max_dep_delay`` (minutes).
+    """
     from pyspark.sql import functions as F
 
     return (
