@@ -43,10 +43,11 @@ def land_month(month: int, landing: Path) -> int:
 
 def batch_job(spark, landing: Path, output: Path) -> int:
     import flight_windows as fw
+    from flight_inputs import EVENT_SCHEMA_DDL
     from pyspark.sql import functions as F
 
     events = (
-        spark.read.schema(fw.EVENT_SCHEMA_DDL).option("mode", "PERMISSIVE")
+        spark.read.schema(EVENT_SCHEMA_DDL).option("mode", "PERMISSIVE")
         .option("columnNameOfCorruptRecord", "_corrupt_record").json(str(landing))
         .withColumn("event_time", F.expr("try_to_timestamp(dep_time)"))
         .where(F.col("_corrupt_record").isNull() & F.col("event_time").isNotNull() & F.col("arr_time").isNotNull())
@@ -86,7 +87,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
 
-    from streaming_common import build_session
+    from streaming_driver import build_session
 
     work = Path(tempfile.mkdtemp(prefix="wmo-bench-"))
     t0 = time.perf_counter()

@@ -3,10 +3,11 @@
 Inputs, each a file source with an explicit schema over its own landing folder:
 
 * flights: the lander's JSON lines (``watermark_ops.lander``), event time ``dep_time`` (actual
-  departure); read, classified and quarantined exactly as ``flight_windows`` does
-  (:func:`flight_windows.classified_events`, :func:`flight_windows.quarantined`);
+  departure); read, classified and quarantined exactly as in ``flight_windows``
+  (``flight_inputs.classified_events``, ``flight_inputs.quarantined``);
 * weather: the weather lander's JSON lines (``watermark_ops.weather_lander``), event time
-  ``time_hour`` (the observation hour), reaching the stream 1-3 hours after it.
+  ``time_hour`` (the observation hour), reaching the stream 1-3 hours after it; read and
+  classified by the same rules (``flight_inputs.classified_weather``).
 
 The query ``flight_weather``:
 
@@ -71,12 +72,13 @@ import os
 import sys
 from dataclasses import dataclass
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # streaming_common, flight_windows
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # flight_inputs, streaming_driver, in client mode
 
-from flight_windows import classified_events, quarantined  # noqa: E402
-from streaming_common import (  # noqa: E402
+from flight_inputs import WEATHER_MEASUREMENTS, classified_events, classified_weather, quarantined  # noqa: E402
+from streaming_driver import (  # noqa: E402
+    POLICY_CONF,
     add_run_arguments,
-    classified_json_stream,
+    checkpoint_watermark_policy,
     execute,
     run_driver,
     run_queries,
@@ -89,19 +91,6 @@ QUARANTINE_QUERY_NAME = "flight_weather_quarantine"
 DEFAULT_FLIGHTS_DELAY_THRESHOLD = "2 hours"
 DEFAULT_WEATHER_DELAY_THRESHOLD = "3 hours"
 WATERMARK_POLICIES = ("min", "max")
-POLICY_CONF = "spark.sql.streaming.multipleWatermarkPolicy"
-# OffsetSeqMetadata.relevantSQLConfDefaultValues: a checkpoint whose offsets conf lacks the key
-# (written before Spark 2.4) runs with the default policy.
-CHECKPOINT_DEFAULT_POLICY = "min"
-
-# DDL of the weather lander's event (watermark_ops.weather_lander); time_hour is ISO-8601 UTC text,
-# parsed in the job so that an unparseable value is quarantined instead of silently becoming null.
-WEATHER_SCHEMA_DDL = (
-    "id BIGINT, origin STRING, time_hour STRING, temp DOUBLE, dewp DOUBLE, humid DOUBLE, "
-    "wind_dir DOUBLE, wind_speed DOUBLE, wind_gust DOUBLE, precip DOUBLE, pressure DOUBLE, "
-    "visib DOUBLE, stream_time STRING, _corrupt_record STRING"
-)
-WEATHER_MEASUREMENTS = ("temp", "dewp", "humid", "wind_dir", "wind_speed", "wind_gust", "precip", "pressure", "visib")
 JOIN_CONDITION = (
     "weather_origin = origin AND weather_time > dep_time - INTERVAL 1 HOUR AND weather_time <= dep_time"
 )
@@ -111,7 +100,7 @@ JOIN_CONDITION = (
 class JoinConfig:
     """Where the job reads and writes, and how. Locations are local paths or Hadoop URIs.
 
-    ``landing`` is the flights landing folder (the name ``flight_windows.classified_events`` reads).
+    ``landing`` is the flights landing folder (the same flag as ``flight_windows``).
     Delay thresholds are Spark interval strings (``"2 hours"``).
     """
 
@@ -135,42 +124,7 @@ class JoinConfig:
         self.quarantine_checkpoint = self.quarantine_checkpoint or self.checkpoint.rstrip("/") + "_quarantine"
 
 
-def checkpoint_watermark_policy(checkpoint: str) -> str | None:
-    """The ``multipleWatermarkPolicy`` a checkpoint is frozen with, from its latest offsets file.
-
-    Reads line 2 (``OffsetSeqMetadata``, ``OffsetSeq.scala``) of ``<checkpoint>/offsets/<N>``
-    for the highest decimal N (other names, e.g. ``.N.crc`` and temp files, are ignored).
-
-    :param checkpoint: checkpoint location (local path or fsspec URL).
-    :return: ``"min"`` or ``"max"``; ``"min"`` when the conf lacks the key (Spark's default for
-        old checkpoints); None for a new checkpoint (no offsets file yet).
-    :raises ValueError: naming the file when the latest offsets file is not ``v<N>`` followed by
-        a JSON object line (Spark would refuse to restart from it as well).
-    """
-    import fsspec
-
-    fs, root = fsspec.core.url_to_fs(str(checkpoint))
-    folder = root.rstrip("/") + "/offsets"
-    if not fs.isdir(folder):
-        return None
-    ids = [int(name) for name in (p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(folder, detail=False))
-           if name.isdigit()]
-    if not ids:
-        return None
-    path = f"{folder}/{max(ids)}"
-    lines = fs.cat_file(path).decode("utf-8", errors="replace").split("\n")
-    try:
-        if not lines[0].startswith("v"):
-            raise ValueError("no version line")
-        metadata = json.loads(lines[1]) if lines[1].strip() else {}
-        if not isinstance(metadata, dict):
-            raise ValueError("metadata is not a JSON object")
-    except (IndexError, ValueError) as exc:
-        raise ValueError(f"{path}: expected an offset log file ('v<N>' then a metadata JSON object) ({exc})") from exc
-    return str((metadata.get("conf") or {}).get(POLICY_CONF, CHECKPOINT_DEFAULT_POLICY))
-
-
-def apply_watermark_policy(spark, checkpoint: str, requested: str) -> str:
+def apply_watermark_policy(spark, checkpoint: str, requested: str) -> str | None:
     """Set the requested policy on the session; return the one the query will actually run with.
 
     A new checkpoint takes ``requested``. An existing one keeps the policy frozen in its offsets
@@ -197,17 +151,6 @@ def apply_watermark_policy(spark, checkpoint: str, requested: str) -> str:
             requested, checkpoint, POLICY_CONF, frozen,
         )
     return frozen
-
-
-def classified_weather(spark, config: JoinConfig):
-    """The weather landing folder as a stream with ``event_time`` (timestamp) and ``reason``.
-
-    ``reason`` is null for a good row, else ``malformed_record``, ``null_event_time`` or
-    ``unparseable_event_time``: the rules of ``streaming_common.classified_json_stream``, shared
-    with ``flight_windows.classified_events``.
-    """
-    return classified_json_stream(spark, config.weather_landing, WEATHER_SCHEMA_DDL, "time_hour",
-                                  config.max_files_per_trigger)
 
 
 def flights_with_weather(flight_events, weather_events, flights_delay: str, weather_delay: str):
@@ -241,7 +184,7 @@ def flights_with_weather(flight_events, weather_events, flights_delay: str, weat
 def quarantined_both(flight_events, weather_events):
     """Bad rows of both inputs, with ``input`` (``flights`` | ``weather``) and their reason.
 
-    Flights keep ``flight_windows.quarantined``'s columns; weather rows add ``time_hour``.
+    Flights keep ``flight_inputs.quarantined``'s columns; weather rows add ``time_hour``.
     """
     from pyspark.sql import functions as F
 
@@ -279,14 +222,14 @@ def run(spark, config: JoinConfig) -> dict:
         "state_operators": [{"batch_id", "operators": [{"operator", "rows_dropped_by_watermark",
         "state_rows"}]}], "watermark_policy": {"requested", "effective"}},
         "flight_weather_quarantine": {"query_id", "batches", "state_operators"}}``; records are
-        those of this run (shape in ``streaming_common``); ``effective`` is None when the
+        those of this run (shape in ``streaming_driver``); ``effective`` is None when the
         checkpoint's policy could not be read.
     :raises pyspark.errors.StreamingQueryException: when a query failed (after recording its
         batches and stopping the other query).
     """
     effective = apply_watermark_policy(spark, config.checkpoint, config.watermark_policy)
-    flight_events = classified_events(spark, config)
-    weather_events = classified_weather(spark, config)
+    flight_events = classified_events(spark, config.landing, config.max_files_per_trigger)
+    weather_events = classified_weather(spark, config.weather_landing, config.max_files_per_trigger)
     joined = flights_with_weather(flight_events, weather_events,
                                   config.flights_delay_threshold, config.weather_delay_threshold)
     plans = [

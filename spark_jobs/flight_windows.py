@@ -1,7 +1,8 @@
 """Hourly departure windows per origin airport: the main watermarked Structured Streaming job.
 
 Input: the lander's JSON-lines files (``watermark_ops.lander``) in a landing folder, read by the
-file source with an explicit schema. Event time is ``dep_time`` (actual departure, UTC).
+file source with an explicit schema and classified (``flight_inputs.classified_events``). Event
+time is ``dep_time`` (actual departure, UTC).
 
 Two streaming queries, each with its own checkpoint, both started by one run:
 
@@ -10,10 +11,10 @@ Two streaming queries, each with its own checkpoint, both started by one run:
   output mode **append** into a Parquet sink (exactly once through the checkpoint). A window is
   written once, when the watermark passes its end; rows whose window had already closed are
   dropped by Spark and counted as ``rows_dropped_by_watermark`` in the progress log.
-* ``flight_windows_quarantine``: bad records, kept aside in a Parquet sink with a ``reason``:
-  ``malformed_record`` (line is not a JSON object of the schema), ``null_event_time`` (a cancelled
-  flight), ``unparseable_event_time``, ``no_arrival`` (a diverted flight). Nothing is dropped
-  silently: good rows + quarantined rows = input rows.
+* ``flight_windows_quarantine``: bad records (``flight_inputs.quarantined``), kept aside in a
+  Parquet sink with a ``reason``: ``malformed_record`` (line is not a JSON object of the schema),
+  ``null_event_time`` (a cancelled flight), ``unparseable_event_time``, ``no_arrival`` (a diverted
+  flight). Nothing is dropped silently: good rows + quarantined rows = input rows.
 
 Each run is a restart of both queries from their checkpoints with ``Trigger.AvailableNow``
 (default) or the deprecated ``Trigger.Once``. With ``once`` the run is exactly one micro-batch and
@@ -35,28 +36,15 @@ import os
 import sys
 from dataclasses import dataclass
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # streaming_common, in client mode
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # flight_inputs, streaming_driver, in client mode
 
-from streaming_common import (  # noqa: E402
-    add_run_arguments,
-    classified_json_stream,
-    execute,
-    run_driver,
-    run_queries,
-)
+from flight_inputs import classified_events, quarantined  # noqa: E402
+from streaming_driver import add_run_arguments, execute, run_driver, run_queries  # noqa: E402
 
 QUERY_NAME = "flight_windows"
 QUARANTINE_QUERY_NAME = "flight_windows_quarantine"
 WINDOW_DURATION = "1 hour"
 DEFAULT_DELAY_THRESHOLD = "2 hours"
-
-# DDL of the lander's event (watermark_ops.lander); times are ISO-8601 UTC text, parsed in the job
-# so that an unparseable value is caught and quarantined instead of silently becoming null.
-EVENT_SCHEMA_DDL = (
-    "id BIGINT, origin STRING, dest STRING, carrier STRING, flight INT, tailnum STRING, "
-    "status STRING, sched_dep_time STRING, dep_time STRING, arr_time STRING, "
-    "dep_delay DOUBLE, arr_delay DOUBLE, stream_time STRING, _corrupt_record STRING"
-)
 
 
 @dataclass
@@ -78,18 +66,12 @@ class JobConfig:
         self.quarantine_checkpoint = self.quarantine_checkpoint or self.checkpoint.rstrip("/") + "_quarantine"
 
 
-def classified_events(spark, config: JobConfig):
-    """The landing folder as a stream of events with ``event_time`` (timestamp) and ``reason``.
-
-    ``reason`` is null for a good row, else why the row is kept aside (see module docstring):
-    the shared rules of ``streaming_common.classified_json_stream`` plus ``no_arrival``.
-    """
-    return classified_json_stream(spark, config.landing, EVENT_SCHEMA_DDL, "dep_time",
-                                  config.max_files_per_trigger, {"no_arrival": "arr_time"})
-
-
 def hourly_windows(events, delay_threshold: str):
-    """Good rows → watermark → 1-hour tumbling windows per origin (append-mode aggregate)."""
+    """Good rows → watermark → 1-hour tumbling windows per origin (append-mode aggregate).
+
+    Output columns: ``origin, window_start, window_end`` (timestamps, UTC), ``departures``,
+    ``mean_dep_delay`` and ``max_dep_delay`` (minutes).
+    """
     from pyspark.sql import functions as F
 
     return (
@@ -113,37 +95,16 @@ def hourly_windows(events, delay_threshold: str):
     )
 
 
-QUARANTINE_REASONS = ("malformed_record", "null_event_time", "unparseable_event_time", "no_arrival")
-
-
-def quarantined(events):
-    """Bad rows with their reason, the raw line when malformed, and the file they came from.
-
-    Counted per micro-batch with ``Dataset.observe`` (metrics ``quarantine``: ``rows`` and one
-    count per reason), which Spark reports in the batch's progress as ``observedMetrics``.
-    """
-    from pyspark.sql import functions as F
-
-    bad = events.where(F.col("reason").isNotNull()).select(
-        "reason", "id", "origin", "status", "dep_time", "arr_time", "stream_time", "_corrupt_record",
-        F.col("_metadata.file_path").alias("source_file"),
-    )
-    counts = [F.count(F.lit(1)).alias("rows")] + [
-        F.sum(F.when(F.col("reason") == reason, 1).otherwise(0)).alias(reason) for reason in QUARANTINE_REASONS
-    ]
-    return bad.observe("quarantine", *counts)
-
-
 def run(spark, config: JobConfig) -> dict:
     """Run (restart) both queries once with the configured Spark trigger and wait for them.
 
     :return: ``{"flight_windows": {"query_id", "batches": [progress records]},
         "flight_windows_quarantine": {...}}``; the records are those of this run (see
-        ``streaming_common`` for their shape).
+        ``streaming_driver`` for their shape).
     :raises pyspark.errors.StreamingQueryException: when a query failed (after recording its
         batches and stopping the other query).
     """
-    events = classified_events(spark, config)
+    events = classified_events(spark, config.landing, config.max_files_per_trigger)
     plans = [
         (QUERY_NAME, hourly_windows(events, config.delay_threshold), config.checkpoint, config.output),
         (QUARANTINE_QUERY_NAME, quarantined(events), config.quarantine_checkpoint, config.quarantine_output),

@@ -35,6 +35,37 @@ def test_dag_file_imports_no_pyspark(dag_file):
     assert out.stdout.strip().splitlines()[-1] == "[]"
 
 
+def _local_imports(script: Path) -> set[str]:
+    """The spark_jobs modules a job script imports, directly or through each other (file names)."""
+    import ast
+
+    found, todo = set(), [script]
+    while todo:
+        tree = ast.parse(todo.pop().read_text())
+        for node in ast.walk(tree):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
+            for name in names:
+                module = script.parent / f"{name.split('.')[0]}.py"
+                if module.exists() and module.name not in found:
+                    found.add(module.name)
+                    todo.append(module)
+    return found
+
+
+def test_spark_submit_ships_every_module_the_job_imports():
+    """Under spark-submit the job finds its sibling modules only through --py-files."""
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+    bag = DagBag(dag_folder=str(DAGS))
+    submits = [t for dag in bag.dags.values() for t in dag.tasks if isinstance(t, SparkSubmitOperator)]
+    assert {t.task_id for t in submits} >= {"flight_windows", "flight_weather"}
+    for task in submits:
+        shipped = {Path(f).name for f in (task.py_files or "").split(",") if f}
+        assert shipped == _local_imports(Path(task.application)), task.task_id
+
+
 def test_pipeline_shape():
     from airflow.dag_processing.dagbag import DagBag
 
@@ -118,7 +149,8 @@ def test_killing_the_spark_task_kills_the_driver(tmp_path):
     checkpoint = tmp_path / "ck"
     operator = SparkSubmitOperator(
         task_id="flight_windows", application=str(SPARK_JOBS_DIR / "flight_windows.py"),
-        py_files=str(SPARK_JOBS_DIR / "streaming_common.py"), conf={"spark.sql.shuffle.partitions": "2"},
+        py_files=",".join(str(SPARK_JOBS_DIR / f) for f in ("flight_inputs.py", "streaming_driver.py")),
+        conf={"spark.sql.shuffle.partitions": "2"},
         application_args=["--landing", str(tmp_path / "landing"), "--checkpoint", str(checkpoint),
                           "--output", str(tmp_path / "out"), "--max-files-per-trigger", "1"],
         env_vars=spark_submit_env(),

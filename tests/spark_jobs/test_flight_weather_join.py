@@ -26,11 +26,12 @@ import pendulum
 import pytest
 
 import flight_weather_join as job
+from streaming_driver import checkpoint_watermark_policy
 from watermark_ops.audit import run_audit
 from watermark_ops.checkpoint import read_checkpoint
 from watermark_ops.lander import land_interval
 from watermark_ops.lateness import lateness_report
-from watermark_ops.weather_lander import MEASUREMENTS, land_weather_interval, weather_events
+from watermark_ops.weather_lander import land_weather_interval
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -331,7 +332,7 @@ def test_restart_with_the_other_policy_keeps_the_checkpoints(spark, staged, poli
     checkpoint = read_checkpoint(config.checkpoint)
     new = [b for b in checkpoint.batches if b.batch_id > head_before]
     assert new and {b.conf[job.POLICY_CONF] for b in new} == {"min"}
-    assert job.checkpoint_watermark_policy(config.checkpoint) == "min"
+    assert checkpoint_watermark_policy(config.checkpoint) == "min"
     # And the query really ran with min: the watermark the definition predicts under min, which
     # is not the one max would have given.
     under_min = predict(staged, "min")[2]
@@ -348,21 +349,6 @@ def test_restart_with_the_other_policy_keeps_the_checkpoints(spark, staged, poli
     assert "multipleWatermarkPolicy='max'" in drift[0].message and "'min'" in drift[0].message
     assert drift[0].file.endswith(".progress.jsonl")
     assert report.status == "ok"  # a warning, not a violation
-
-
-def test_checkpoint_watermark_policy_reads_the_latest_offsets_file(tmp_path):
-    offsets = tmp_path / "cp" / "offsets"
-    assert job.checkpoint_watermark_policy(str(tmp_path / "cp")) is None  # new checkpoint
-    offsets.mkdir(parents=True)
-    (offsets / "0").write_text('v1\n{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{"%s":"max"}}\n-\n' % job.POLICY_CONF)
-    (offsets / ".1.crc").write_text("ignored")
-    assert job.checkpoint_watermark_policy(str(tmp_path / "cp")) == "max"
-    # Spark before 2.4 wrote no policy: those checkpoints run with the default, min.
-    (offsets / "1").write_text('v1\n{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{}}\n-\n')
-    assert job.checkpoint_watermark_policy(str(tmp_path / "cp")) == "min"
-    (offsets / "2").write_text("v1\nnot json\n")
-    with pytest.raises(ValueError, match=r"offsets/2: expected an offset log file"):
-        job.checkpoint_watermark_policy(str(tmp_path / "cp"))
 
 
 def test_cli_mirrors_flight_windows():
@@ -392,11 +378,3 @@ def test_unreadable_checkpoint_policy_is_a_warning_not_a_failure(spark, tmp_path
     assert "could not read the watermark policy" in caplog.text and "offsets/0" in caplog.text
     assert spark.conf.get(job.POLICY_CONF) == "max"
 
-
-def test_weather_schema_matches_the_weather_lander():
-    """The job cannot import the plugin package under spark-submit: its copy of the shape is checked here."""
-    (event,) = weather_events().events_reaching_stream(pendulum.parse("2013-01-01T07:00:00Z"),
-                                                        pendulum.parse("2013-01-01T07:00:01Z"))
-    ddl_fields = [part.split()[0] for part in job.WEATHER_SCHEMA_DDL.split(", ")]
-    assert ddl_fields == list(event) + ["_corrupt_record"]
-    assert job.WEATHER_MEASUREMENTS == MEASUREMENTS

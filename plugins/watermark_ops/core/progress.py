@@ -1,6 +1,6 @@
 """Read a job's progress log and summarise the micro-batches of one run.
 
-The progress log is written by ``spark_jobs/streaming_common.py`` (``ProgressRecorder``) beside the
+The progress log is written by ``spark_jobs/streaming_driver.py`` (``ProgressRecorder``) beside the
 checkpoint, at ``<checkpoint>.progress.jsonl``: one JSON object per micro-batch, reduced from
 Spark's ``StreamingQueryProgress`` (``sql/core/.../streaming/progress.scala``). Fields used here:
 ``query_id``, ``run_id`` (Spark's, new at every restart), ``run_tag`` (the Airflow run id the job

@@ -1,7 +1,18 @@
-"""What every watermark-ops Spark job shares: the session, the Spark trigger, the progress log.
+"""The driver side of every watermark-ops Spark job: session, Spark trigger, progress listener.
 
-This module ships next to each job script (spark-submit ``--py-files``, or the script's own
-folder on ``sys.path`` in client mode). It imports pyspark, so it is never imported by DAG files.
+What each job script does around its own pipeline, in the order of this module:
+
+* the session (:func:`build_session`) and the Spark trigger (:func:`apply_spark_trigger`);
+* the progress listener (:class:`ProgressRecorder`), which writes the progress log below, and the
+  confs Spark freezes in the checkpoint (``FROZEN_CONFS``, :func:`checkpoint_watermark_policy`);
+* running a job's queries once, recording their progress (:func:`run_queries`);
+* the driver: the shared flags (:func:`add_run_arguments`), session, run and stop
+  (:func:`execute`), and the exit path (:func:`run_driver`, :func:`exit_with_launcher`,
+  :func:`exit_process`).
+
+What the flight jobs read is in ``flight_inputs``. This module ships next to each job script
+(spark-submit ``--py-files``, or the script's own folder on ``sys.path`` in client mode). It
+imports pyspark, so it is never imported by DAG files.
 
 The progress log
 ----------------
@@ -50,10 +61,14 @@ from typing import Any, Callable
 
 log = logging.getLogger("watermark_ops.spark")
 
+POLICY_CONF = "spark.sql.streaming.multipleWatermarkPolicy"
 # Confs that Spark freezes in the checkpoint at the first batch (offsets/N "conf") and silently
 # overrides on every restart. Each run records what its session asked for, so the audit can report
 # a request the checkpoint ignored (OffsetSeqMetadata.setSessionConf in OffsetSeq.scala).
-FROZEN_CONFS = ("spark.sql.streaming.multipleWatermarkPolicy", "spark.sql.shuffle.partitions")
+FROZEN_CONFS = (POLICY_CONF, "spark.sql.shuffle.partitions")
+# OffsetSeqMetadata.relevantSQLConfDefaultValues: a checkpoint whose offsets conf lacks the key
+# (written before Spark 2.4) runs with the default policy.
+CHECKPOINT_DEFAULT_POLICY = "min"
 
 SPARK_TRIGGERS = ("availableNow", "once")
 
@@ -258,33 +273,48 @@ class ProgressRecorder:
             self._listener = None
 
 
-def classified_json_stream(spark, landing: str, schema_ddl: str, event_time_field: str,
-                           max_files_per_trigger: int | None = None, required_fields: dict[str, str] | None = None):
-    """A landing folder of JSON lines as a stream with ``event_time`` (timestamp) and ``reason``.
+def progress_log_path(checkpoint: str) -> str:
+    """The progress log beside a checkpoint: ``<checkpoint>.progress.jsonl``.
 
-    File source with an explicit schema (``schema_ddl`` must include ``_corrupt_record STRING``),
-    ``PERMISSIVE`` mode. The event time is parsed in the job (``try_to_timestamp``) so that an
-    unparseable value is caught instead of silently becoming null. ``reason`` is null for a good
-    row, else the first that applies: ``malformed_record`` (the line is not a JSON object of the
-    schema; its text is in ``_corrupt_record``), ``null_event_time``, ``unparseable_event_time``,
-    then ``required_fields``' reasons (``{reason: field}``: the field is null).
+    The same convention as ``watermark_ops.settings.progress_log_path`` (the readers' side;
+    this module cannot import the plugin package under spark-submit). A test keeps them equal.
     """
-    from pyspark.sql import functions as F
+    return str(checkpoint).rstrip("/") + ".progress.jsonl"
 
-    reader = spark.readStream.schema(schema_ddl).option("mode", "PERMISSIVE").option(
-        "columnNameOfCorruptRecord", "_corrupt_record")
-    if max_files_per_trigger:
-        reader = reader.option("maxFilesPerTrigger", max_files_per_trigger)
-    raw = reader.json(landing)
-    event_time = F.expr(f"try_to_timestamp({event_time_field})")
-    reason = (
-        F.when(F.col("_corrupt_record").isNotNull(), F.lit("malformed_record"))
-        .when(F.col(event_time_field).isNull(), F.lit("null_event_time"))
-        .when(event_time.isNull(), F.lit("unparseable_event_time"))
-    )
-    for name, field in (required_fields or {}).items():
-        reason = reason.when(F.col(field).isNull(), F.lit(name))
-    return raw.withColumn("event_time", event_time).withColumn("reason", reason)
+
+def checkpoint_watermark_policy(checkpoint: str) -> str | None:
+    """The ``multipleWatermarkPolicy`` a checkpoint is frozen with, from its latest offsets file.
+
+    Reads line 2 (``OffsetSeqMetadata``, ``OffsetSeq.scala``) of ``<checkpoint>/offsets/<N>``
+    for the highest decimal N (other names, e.g. ``.N.crc`` and temp files, are ignored).
+
+    :param checkpoint: checkpoint location (local path or fsspec URL).
+    :return: ``"min"`` or ``"max"``; ``"min"`` when the conf lacks the key (Spark's default for
+        old checkpoints); None for a new checkpoint (no offsets file yet).
+    :raises ValueError: naming the file when the latest offsets file is not ``v<N>`` followed by
+        a JSON object line (Spark would refuse to restart from it as well).
+    """
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(str(checkpoint))
+    folder = root.rstrip("/") + "/offsets"
+    if not fs.isdir(folder):
+        return None
+    ids = [int(name) for name in (p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(folder, detail=False))
+           if name.isdigit()]
+    if not ids:
+        return None
+    path = f"{folder}/{max(ids)}"
+    lines = fs.cat_file(path).decode("utf-8", errors="replace").split("\n")
+    try:
+        if not lines[0].startswith("v"):
+            raise ValueError("no version line")
+        metadata = json.loads(lines[1]) if lines[1].strip() else {}
+        if not isinstance(metadata, dict):
+            raise ValueError("metadata is not a JSON object")
+    except (IndexError, ValueError) as exc:
+        raise ValueError(f"{path}: expected an offset log file ('v<N>' then a metadata JSON object) ({exc})") from exc
+    return str((metadata.get("conf") or {}).get(POLICY_CONF, CHECKPOINT_DEFAULT_POLICY))
 
 
 def run_queries(spark, plans, spark_trigger: str, run_tag: str | None) -> list[tuple[Any, list[dict[str, Any]]]]:
@@ -322,50 +352,6 @@ def run_queries(spark, plans, spark_trigger: str, run_tag: str | None) -> list[t
             recorder.flush(query)
         recorder.close()
     return [(query, recorder.records(query)) for query in queries]
-
-
-def exit_with_launcher(poll_seconds: float = 1.0) -> bool:
-    """Under spark-submit, end this Python driver as soon as the JVM that launched it is gone.
-
-    spark-submit's JVM (``PythonRunner``) starts the Python driver as its child. Airflow's
-    SparkSubmitOperator.on_kill kills that JVM; the Python process would then be left behind,
-    sometimes for good (py4j threads keep it alive). A daemon thread polls ``os.getppid()`` and
-    exits the process with status 143 when the parent changes. Without spark-submit (plain
-    ``python job.py``, where Python is the JVM's parent) it does nothing.
-
-    :param poll_seconds: how often the parent is checked.
-    :return: True when the watchdog was started.
-    """
-    if "PYSPARK_GATEWAY_PORT" not in os.environ:
-        return False
-    parent = os.getppid()
-
-    def watch() -> None:
-        while True:
-            time.sleep(poll_seconds)
-            if os.getppid() != parent:
-                # No logging here: a logging lock may be held by a thread that will never run again.
-                os.write(2, f"spark-submit JVM (pid {parent}) is gone: stopping this driver\n".encode())
-                os._exit(143)
-
-    threading.Thread(target=watch, name="exit-with-launcher", daemon=True).start()
-    return True
-
-
-def exit_process(code: int) -> None:
-    """Flush stdout/stderr and end the driver process now with ``code``, skipping interpreter
-    finalization.
-
-    After the spark-submit JVM died, normal finalization deadlocked here: py4j's ``__del__`` logs,
-    and the logging lock was held by a daemon thread that finalization had frozen. Everything the
-    job writes (sinks, checkpoint, progress log) is closed before this is called.
-    """
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except BaseException:  # noqa: BLE001 - a closed or broken pipe must not stop the exit
-            pass
-    os._exit(code)
 
 
 def add_run_arguments(parser) -> None:
@@ -423,10 +409,45 @@ def run_driver(main: Callable[[], int]) -> None:
         exit_process(code)
 
 
-def progress_log_path(checkpoint: str) -> str:
-    """The progress log beside a checkpoint: ``<checkpoint>.progress.jsonl``.
+def exit_with_launcher(poll_seconds: float = 1.0) -> bool:
+    """Under spark-submit, end this Python driver as soon as the JVM that launched it is gone.
 
-    The same convention as ``watermark_ops.settings.progress_log_path`` (the readers' side;
-    this module cannot import the plugin package under spark-submit). A test keeps them equal.
+    spark-submit's JVM (``PythonRunner``) starts the Python driver as its child. Airflow's
+    SparkSubmitOperator.on_kill kills that JVM; the Python process would then be left behind,
+    sometimes for good (py4j threads keep it alive). A daemon thread polls ``os.getppid()`` and
+    exits the process with status 143 when the parent changes. Without spark-submit (plain
+    ``python job.py``, where Python is the JVM's parent) it does nothing.
+
+    :param poll_seconds: how often the parent is checked.
+    :return: True when the watchdog was started.
     """
-    return str(checkpoint).rstrip("/") + ".progress.jsonl"
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        return False
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(poll_seconds)
+            if os.getppid() != parent:
+                # No logging here: a logging lock may be held by a thread that will never run again.
+                os.write(2, f"spark-submit JVM (pid {parent}) is gone: stopping this driver\n".encode())
+                os._exit(143)
+
+    threading.Thread(target=watch, name="exit-with-launcher", daemon=True).start()
+    return True
+
+
+def exit_process(code: int) -> None:
+    """Flush stdout/stderr and end the driver process now with ``code``, skipping interpreter
+    finalization.
+
+    After the spark-submit JVM died, normal finalization deadlocked here: py4j's ``__del__`` logs,
+    and the logging lock was held by a daemon thread that finalization had frozen. Everything the
+    job writes (sinks, checkpoint, progress log) is closed before this is called.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:  # noqa: BLE001 - a closed or broken pipe must not stop the exit
+            pass
+    os._exit(code)
