@@ -1,8 +1,8 @@
 """The inputs of the flight jobs: landing folders of JSON lines read as classified streams.
 
 Both landers write JSON lines, one event per line, into a landing folder: flights
-(``watermark_ops.lander``, event time ``dep_time``) and weather observations
-(``watermark_ops.weather_lander``, event time ``time_hour``). Each folder is read by the file
+(``watermark_ops.examples.flights.lander``, event time ``dep_time``) and weather observations
+(``watermark_ops.examples.flights.weather_lander``, event time ``time_hour``). Each folder is read by the file
 source with an explicit schema, and every row gets ``event_time`` (timestamp) and ``reason``
 (null for a good row, else why it is kept aside). Nothing is dropped silently: the jobs keep bad
 rows in a quarantine sink (:func:`quarantined`), so good rows + quarantined rows = input rows.
@@ -18,7 +18,7 @@ under spark-submit); tests keep them equal. This module ships next to the job sc
 
 from __future__ import annotations
 
-# DDL of the lander's event (watermark_ops.lander); times are ISO-8601 UTC text, parsed in the job
+# DDL of the lander's event (watermark_ops.examples.flights.lander); times are ISO-8601 UTC text, parsed in the job
 # so that an unparseable value is caught and quarantined instead of silently becoming null.
 EVENT_SCHEMA_DDL = (
     "id BIGINT, origin STRING, dest STRING, carrier STRING, flight INT, tailnum STRING, "
@@ -27,7 +27,7 @@ EVENT_SCHEMA_DDL = (
 )
 QUARANTINE_REASONS = ("malformed_record", "null_event_time", "unparseable_event_time", "no_arrival")
 
-# DDL of the weather lander's event (watermark_ops.weather_lander); time_hour is ISO-8601 UTC text,
+# DDL of the weather lander's event (watermark_ops.examples.flights.weather_lander); time_hour is ISO-8601 UTC text,
 # parsed in the job so that an unparseable value is quarantined instead of silently becoming null.
 WEATHER_SCHEMA_DDL = (
     "id BIGINT, origin STRING, time_hour STRING, temp DOUBLE, dewp DOUBLE, humid DOUBLE, "

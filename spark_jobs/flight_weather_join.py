@@ -2,10 +2,10 @@
 
 Inputs, each a file source with an explicit schema over its own landing folder:
 
-* flights: the lander's JSON lines (``watermark_ops.lander``), event time ``dep_time`` (actual
+* flights: the lander's JSON lines (``watermark_ops.examples.flights.lander``), event time ``dep_time`` (actual
   departure); read, classified and quarantined exactly as in ``flight_windows``
   (``flight_inputs.classified_events``, ``flight_inputs.quarantined``);
-* weather: the weather lander's JSON lines (``watermark_ops.weather_lander``), event time
+* weather: the weather lander's JSON lines (``watermark_ops.examples.flights.weather_lander``), event time
   ``time_hour`` (the observation hour), reaching the stream 1-3 hours after it; read and
   classified by the same rules (``flight_inputs.classified_weather``).
 

@@ -1,6 +1,6 @@
 """Hourly departure windows per origin airport: the main watermarked Structured Streaming job.
 
-Input: the lander's JSON-lines files (``watermark_ops.lander``) in a landing folder, read by the
+Input: the lander's JSON-lines files (``watermark_ops.examples.flights.lander``) in a landing folder, read by the
 file source with an explicit schema and classified (``flight_inputs.classified_events``). Event
 time is ``dep_time`` (actual departure, UTC).
 

@@ -276,7 +276,7 @@ class ProgressRecorder:
 def progress_log_path(checkpoint: str) -> str:
     """The progress log beside a checkpoint: ``<checkpoint>.progress.jsonl``.
 
-    The same convention as ``watermark_ops.settings.progress_log_path`` (the readers' side;
+    The same convention as ``watermark_ops.examples.flights.settings.progress_log_path`` (the readers' side;
     this module cannot import the plugin package under spark-submit). A test keeps them equal.
     """
     return str(checkpoint).rstrip("/") + ".progress.jsonl"

@@ -15,8 +15,8 @@ from flight_inputs import (
     quarantined,
 )
 from streaming_driver import run_queries
-from watermark_ops.lander import flight_events
-from watermark_ops.weather_lander import MEASUREMENTS, weather_events
+from watermark_ops.examples.flights.lander import flight_events
+from watermark_ops.examples.flights.weather_lander import MEASUREMENTS, weather_events
 
 
 def _ddl_fields(ddl: str) -> list[str]:

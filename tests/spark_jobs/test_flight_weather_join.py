@@ -27,11 +27,11 @@ import pytest
 
 import flight_weather_join as job
 from streaming_driver import checkpoint_watermark_policy
-from watermark_ops.audit import run_audit
-from watermark_ops.checkpoint import read_checkpoint
-from watermark_ops.lander import land_interval
-from watermark_ops.lateness import lateness_report
-from watermark_ops.weather_lander import land_weather_interval
+from watermark_ops.core.audit import run_audit
+from watermark_ops.core.checkpoint import read_checkpoint
+from watermark_ops.core.lateness import lateness_report
+from watermark_ops.examples.flights.lander import land_interval
+from watermark_ops.examples.flights.weather_lander import land_weather_interval
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -307,7 +307,7 @@ def test_bad_records_of_both_inputs_are_quarantined(staged, policy_runs):
 
 def test_lateness_report_reads_the_runs_of_the_join(staged, policy_runs):
     report = lateness_report(policy_runs["max"]["config"].checkpoint,
-                             [policy_runs["max"]["config"].landing, policy_runs["max"]["config"].weather_landing])
+                             [policy_runs["max"]["config"].landing, policy_runs["max"]["config"].weather_landing]).to_dict()
     expected = predict(staged[:2], "max")
     assert [r["run_tag"] for r in report["runs"]] == ["max-run1", "max-run2"]
     assert [r["rows_dropped_by_watermark"] for r in report["runs"]] == [

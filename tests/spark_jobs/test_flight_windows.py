@@ -22,8 +22,9 @@ import pytest
 
 import flight_windows as fw
 from streaming_driver import progress_log_path
-from watermark_ops import lander, settings
-from watermark_ops.progress import read_progress_log, summarize_run
+from watermark_ops.core import progress
+from watermark_ops.core.progress import read_progress_log, summarize_run
+from watermark_ops.examples.flights import lander
 
 NY = "America/New_York"
 DELAY_MS = 2 * 3600 * 1000  # the job's default delay threshold, "2 hours"
@@ -195,4 +196,4 @@ def test_failed_query_exits_non_zero_with_its_exception(tmp_path):
 
 
 def test_progress_log_convention_is_shared():
-    assert progress_log_path("/a/ck/") == settings.progress_log_path("/a/ck") == "/a/ck.progress.jsonl"
+    assert progress_log_path("/a/ck/") == progress.progress_log_path("/a/ck") == "/a/ck.progress.jsonl"

@@ -26,7 +26,7 @@ __all__ = ["ProgressLog", "progress_log_path", "read_progress_log", "records_of_
 def progress_log_path(checkpoint: str) -> str:
     """The progress log kept beside a checkpoint: ``<checkpoint>.progress.jsonl``.
 
-    The jobs write it under the same name (``spark_jobs/streaming_common.py``; a test keeps the two equal).
+    The jobs write it under the same name (``spark_jobs/streaming_driver.py``; a test keeps the two equal).
 
     :param checkpoint: checkpoint location (a local path or an fsspec URL).
     :return: the same kind of location, string form.
