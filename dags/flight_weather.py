@@ -61,7 +61,7 @@ def flight_weather():
     run_job = SparkSubmitOperator(
         task_id=JOB,
         application=str(SPARK_JOBS_DIR / "flight_weather_join.py"),
-        py_files=",".join(str(SPARK_JOBS_DIR / f) for f in ("flight_inputs.py", "streaming_driver.py")),
+        py_files=",".join(str(SPARK_JOBS_DIR / f) for f in ("checkpoint_lock.py", "flight_inputs.py", "streaming_driver.py")),
         conn_id="spark_default",
         name=JOB,
         application_args=[

@@ -63,7 +63,7 @@ def flights_pipeline():
     run_job = SparkSubmitOperator(
         task_id=JOB,
         application=str(SPARK_JOBS_DIR / "flight_windows.py"),
-        py_files=",".join(str(SPARK_JOBS_DIR / f) for f in ("flight_inputs.py", "streaming_driver.py")),
+        py_files=",".join(str(SPARK_JOBS_DIR / f) for f in ("checkpoint_lock.py", "flight_inputs.py", "streaming_driver.py")),
         conn_id="spark_default",
         name=JOB,
         application_args=[

@@ -60,7 +60,8 @@ Usage (spark-submit or plain python)::
         --checkpoint C --output O [--flights-delay-threshold "2 hours"] \
         [--weather-delay-threshold "3 hours"] [--watermark-policy min|max] [--trigger availableNow|once]
 
-Exit status: 0 when both queries finished, 1 with the query's exception when one failed.
+Exit status: 0 when both queries finished, 1 with the query's exception when one failed, 3 when
+another driver holds the checkpoint (``<checkpoint>.lock``, see ``checkpoint_lock``): nothing was started.
 """
 
 from __future__ import annotations

@@ -26,7 +26,8 @@ Usage (spark-submit or plain python)::
     spark-submit spark_jobs/flight_windows.py --landing L --checkpoint C --output O \
         [--quarantine-output Q] [--delay-threshold "2 hours"] [--trigger availableNow|once]
 
-Exit status: 0 when both queries finished, 1 with the query's exception when one failed.
+Exit status: 0 when both queries finished, 1 with the query's exception when one failed, 3 when
+another driver holds the checkpoint (``<checkpoint>.lock``, see ``checkpoint_lock``): nothing was started.
 """
 
 from __future__ import annotations

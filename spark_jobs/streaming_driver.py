@@ -48,6 +48,7 @@ The shape of Spark's progress JSON is ``StreamingQueryProgress`` in
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -59,7 +60,12 @@ import warnings
 from datetime import datetime
 from typing import Any, Callable
 
+from checkpoint_lock import CheckpointInUse, checkpoint_lock
+
 log = logging.getLogger("watermark_ops.spark")
+
+#: The exit status of a driver that refused to start: another driver holds the checkpoint.
+EXIT_CHECKPOINT_IN_USE = 3
 
 POLICY_CONF = "spark.sql.streaming.multipleWatermarkPolicy"
 # Confs that Spark freezes in the checkpoint at the first batch (offsets/N "conf") and silently
@@ -326,9 +332,18 @@ def run_queries(spark, plans, spark_trigger: str, run_tag: str | None) -> list[t
     :param spark_trigger: ``"availableNow"`` or ``"once"`` (see :func:`apply_spark_trigger`).
     :param run_tag: stamped on every progress record (the DAG's run id).
     :return: ``[(StreamingQuery, this run's progress records)]`` in the order of ``plans``.
+    :raises checkpoint_lock.CheckpointInUse: when another driver holds a checkpoint's lock
+        (``<checkpoint>.lock``, held for the whole run); no query is started then.
     :raises pyspark.errors.StreamingQueryException: when a query failed, after the other queries
         were stopped and every finished batch was recorded.
     """
+    with contextlib.ExitStack() as locks:
+        for _, _, checkpoint, _ in plans:
+            locks.enter_context(checkpoint_lock(checkpoint))
+        return _run_locked(spark, plans, spark_trigger, run_tag)
+
+
+def _run_locked(spark, plans, spark_trigger: str, run_tag: str | None) -> list[tuple[Any, list[dict[str, Any]]]]:
     recorder = ProgressRecorder(spark, run_tag, spark_trigger)
     queries = []
     try:
@@ -370,11 +385,15 @@ def execute(app_name: str, args, run: Callable[[Any], dict]) -> tuple[int, dict 
     """Build the session from the shared flags, call ``run(spark)``, stop the session.
 
     :param run: returns ``{query name: {"query_id", "batches", ...}}`` (logged per query).
-    :return: ``(0, result)``, or ``(1, None)`` after logging the query's exception.
+    :return: ``(0, result)``; ``(1, None)`` after logging the query's exception;
+        ``(EXIT_CHECKPOINT_IN_USE, None)`` when another driver holds the checkpoint (logged).
     """
     spark = build_session(app_name, master=args.master, shuffle_partitions=args.shuffle_partitions)
     try:
         result = run(spark)
+    except CheckpointInUse as exc:
+        log.error("not started: %s", exc)
+        return EXIT_CHECKPOINT_IN_USE, None
     except Exception as exc:  # the query's exception, then a non-zero exit
         log.error("streaming query failed: %s", exc)
         return 1, None

@@ -233,7 +233,8 @@ class KilledRun:
     after_kill: Path
 
 
-def _job_command(dirs: JobDirs, extra: list[str]) -> list[str]:
+def job_command(dirs: JobDirs, extra: list[str]) -> list[str]:
+    """The main job as its own driver process (plain python, local[2]) on these folders, plus ``extra`` flags."""
     return [sys.executable, str(FLIGHT_WINDOWS), "--master", "local[2]", "--shuffle-partitions", "2",
             "--landing", str(dirs.landing), "--checkpoint", str(dirs.checkpoint), "--output", str(dirs.output),
             *extra]
@@ -255,7 +256,7 @@ def kill_in_flight(folder: Path, files: int = 12, timeout_s: float = 240.0) -> K
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     log_path = folder / "driver.log"
     with open(log_path, "wb") as log:
-        process = subprocess.Popen(_job_command(dirs, ["--max-files-per-trigger", "1"]), stdout=log,
+        process = subprocess.Popen(job_command(dirs, ["--max-files-per-trigger", "1"]), stdout=log,
                                    stderr=subprocess.STDOUT, env=env, start_new_session=True)
     offsets, commits = dirs.checkpoint / "offsets", dirs.checkpoint / "commits"
     deadline = time.monotonic() + timeout_s
