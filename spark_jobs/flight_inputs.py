@@ -8,8 +8,16 @@ source with an explicit schema, and every row gets ``event_time`` (timestamp) an
 rows in a quarantine sink (:func:`quarantined`), so good rows + quarantined rows = input rows.
 
 Reasons, the first that applies: ``malformed_record`` (the line is not a JSON object of the
-schema), ``null_event_time`` (for flights: a cancelled flight), ``unparseable_event_time``, and
-for flights ``no_arrival`` (a diverted flight).
+schema), ``null_event_time`` (for flights: a cancelled flight), ``unparseable_event_time``,
+``future_event_time`` (only with a ``max_event_time_ahead``: the event time lies beyond the
+batch's processing time plus that tolerance), and for flights ``no_arrival`` (a diverted flight).
+
+Why ``future_event_time``: one future-dated record moves the watermark ahead of processing time
+for good (the watermark never goes back), and every later on-time row is then dropped as late:
+the ``jumped`` state of the stall classification. With the option such a row is kept aside instead
+and never reaches ``withWatermark``. Processing time is Spark's ``current_timestamp()``, which a
+micro-batch evaluates as its own ``batchTimestampMs`` (the offsets file keeps it), so a re-run of
+a crashed batch classifies every row exactly as the first attempt did.
 
 The schemas are copies of the landers' event shapes (this module cannot import the plugin package
 under spark-submit); tests keep them equal. This module ships next to the job scripts, like
@@ -18,6 +26,8 @@ under spark-submit); tests keep them equal. This module ships next to the job sc
 
 from __future__ import annotations
 
+import re
+
 # DDL of the lander's event (watermark_ops.examples.flights.lander); times are ISO-8601 UTC text, parsed in the job
 # so that an unparseable value is caught and quarantined instead of silently becoming null.
 EVENT_SCHEMA_DDL = (
@@ -25,7 +35,9 @@ EVENT_SCHEMA_DDL = (
     "status STRING, sched_dep_time STRING, dep_time STRING, arr_time STRING, "
     "dep_delay DOUBLE, arr_delay DOUBLE, stream_time STRING, _corrupt_record STRING"
 )
-QUARANTINE_REASONS = ("malformed_record", "null_event_time", "unparseable_event_time", "no_arrival")
+QUARANTINE_REASONS = ("malformed_record", "null_event_time", "unparseable_event_time", "future_event_time",
+                      "no_arrival")
+_INTERVAL = re.compile(r"^\s*\d+\s+(second|minute|hour|day)s?(\s+\d+\s+(second|minute|hour|day)s?)*\s*$")
 
 # DDL of the weather lander's event (watermark_ops.examples.flights.weather_lander); time_hour is ISO-8601 UTC text,
 # parsed in the job so that an unparseable value is quarantined instead of silently becoming null.
@@ -37,8 +49,20 @@ WEATHER_SCHEMA_DDL = (
 WEATHER_MEASUREMENTS = ("temp", "dewp", "humid", "wind_dir", "wind_speed", "wind_gust", "precip", "pressure", "visib")
 
 
+def check_interval(value: str | None) -> str | None:
+    """``value`` when it is a Spark interval of whole seconds, minutes, hours or days (``"1 hour"``,
+    ``"2 hours 30 minutes"``), None for None.
+
+    :raises ValueError: for anything else, naming the value.
+    """
+    if value is not None and not _INTERVAL.match(value):
+        raise ValueError(f"expected an interval such as '1 hour' or '2 days 6 hours', got {value!r}")
+    return value
+
+
 def classified_json_stream(spark, landing: str, schema_ddl: str, event_time_field: str,
-                           max_files_per_trigger: int | None = None, required_fields: dict[str, str] | None = None):
+                           max_files_per_trigger: int | None = None, required_fields: dict[str, str] | None = None,
+                           max_event_time_ahead: str | None = None):
     """A landing folder of JSON lines as a stream with ``event_time`` (timestamp) and ``reason``.
 
     File source with an explicit schema (``schema_ddl`` must include ``_corrupt_record STRING``),
@@ -46,7 +70,9 @@ def classified_json_stream(spark, landing: str, schema_ddl: str, event_time_fiel
     unparseable value is caught instead of silently becoming null. ``reason`` is null for a good
     row, else the first that applies: ``malformed_record`` (the line is not a JSON object of the
     schema; its text is in ``_corrupt_record``), ``null_event_time``, ``unparseable_event_time``,
-    then ``required_fields``' reasons (``{reason: field}``: the field is null).
+    ``future_event_time`` when ``max_event_time_ahead`` (a Spark interval, :func:`check_interval`)
+    is given and the event time is later than the batch's processing time plus it, then
+    ``required_fields``' reasons (``{reason: field}``: the field is null).
     """
     from pyspark.sql import functions as F
 
@@ -61,19 +87,23 @@ def classified_json_stream(spark, landing: str, schema_ddl: str, event_time_fiel
         .when(F.col(event_time_field).isNull(), F.lit("null_event_time"))
         .when(event_time.isNull(), F.lit("unparseable_event_time"))
     )
+    if check_interval(max_event_time_ahead):
+        latest = F.expr(f"current_timestamp() + INTERVAL '{max_event_time_ahead}'")
+        reason = reason.when(event_time > latest, F.lit("future_event_time"))
     for name, field in (required_fields or {}).items():
         reason = reason.when(F.col(field).isNull(), F.lit(name))
     return raw.withColumn("event_time", event_time).withColumn("reason", reason)
 
 
-def classified_events(spark, landing: str, max_files_per_trigger: int | None = None):
+def classified_events(spark, landing: str, max_files_per_trigger: int | None = None,
+                      max_event_time_ahead: str | None = None):
     """The flights landing folder as a stream of events with ``event_time`` (``dep_time``) and ``reason``.
 
     ``reason`` is null for a good row, else why the row is kept aside (see module docstring):
     the shared rules of :func:`classified_json_stream` plus ``no_arrival``.
     """
     return classified_json_stream(spark, landing, EVENT_SCHEMA_DDL, "dep_time",
-                                  max_files_per_trigger, {"no_arrival": "arr_time"})
+                                  max_files_per_trigger, {"no_arrival": "arr_time"}, max_event_time_ahead)
 
 
 def quarantined(events):

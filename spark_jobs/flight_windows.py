@@ -13,8 +13,9 @@ Two streaming queries, each with its own checkpoint, both started by one run:
   dropped by Spark and counted as ``rows_dropped_by_watermark`` in the progress log.
 * ``flight_windows_quarantine``: bad records (``flight_inputs.quarantined``), kept aside in a
   Parquet sink with a ``reason``: ``malformed_record`` (line is not a JSON object of the schema),
-  ``null_event_time`` (a cancelled flight), ``unparseable_event_time``, ``no_arrival`` (a diverted
-  flight). Nothing is dropped silently: good rows + quarantined rows = input rows.
+  ``null_event_time`` (a cancelled flight), ``unparseable_event_time``, ``future_event_time`` (with
+  ``--max-event-time-ahead``: a future-dated record that would jump the watermark), ``no_arrival``
+  (a diverted flight). Nothing is dropped silently: good rows + quarantined rows = input rows.
 
 Each run is a restart of both queries from their checkpoints with ``Trigger.AvailableNow``
 (default) or the deprecated ``Trigger.Once``. With ``once`` the run is exactly one micro-batch and
@@ -24,7 +25,8 @@ the *next* run. Every micro-batch is appended to ``<checkpoint>.progress.jsonl``
 Usage (spark-submit or plain python)::
 
     spark-submit spark_jobs/flight_windows.py --landing L --checkpoint C --output O \
-        [--quarantine-output Q] [--delay-threshold "2 hours"] [--trigger availableNow|once]
+        [--quarantine-output Q] [--delay-threshold "2 hours"] [--trigger availableNow|once] \
+        [--max-event-time-ahead "1 hour"]
 
 Exit status: 0 when both queries finished, 1 with the query's exception when one failed, 3 when
 another driver holds the checkpoint (``<checkpoint>.lock``, see ``checkpoint_lock``): nothing was started.
@@ -39,7 +41,7 @@ from dataclasses import dataclass
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # flight_inputs, streaming_driver, in client mode
 
-from flight_inputs import classified_events, quarantined  # noqa: E402
+from flight_inputs import check_interval, classified_events, quarantined  # noqa: E402
 from streaming_driver import add_run_arguments, execute, run_driver, run_queries  # noqa: E402
 
 QUERY_NAME = "flight_windows"
@@ -61,8 +63,10 @@ class JobConfig:
     spark_trigger: str = "availableNow"
     run_tag: str | None = None
     max_files_per_trigger: int | None = None
+    max_event_time_ahead: str | None = None
 
     def __post_init__(self) -> None:
+        check_interval(self.max_event_time_ahead)
         self.quarantine_output = self.quarantine_output or self.output.rstrip("/") + "_quarantine"
         self.quarantine_checkpoint = self.quarantine_checkpoint or self.checkpoint.rstrip("/") + "_quarantine"
 
@@ -105,7 +109,7 @@ def run(spark, config: JobConfig) -> dict:
     :raises pyspark.errors.StreamingQueryException: when a query failed (after recording its
         batches and stopping the other query).
     """
-    events = classified_events(spark, config.landing, config.max_files_per_trigger)
+    events = classified_events(spark, config.landing, config.max_files_per_trigger, config.max_event_time_ahead)
     plans = [
         (QUERY_NAME, hourly_windows(events, config.delay_threshold), config.checkpoint, config.output),
         (QUARANTINE_QUERY_NAME, quarantined(events), config.quarantine_checkpoint, config.quarantine_output),
@@ -125,6 +129,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--quarantine-checkpoint", help="default <checkpoint>_quarantine")
     parser.add_argument("--delay-threshold", default=DEFAULT_DELAY_THRESHOLD,
                         help=f"watermark delay threshold, a Spark interval (default {DEFAULT_DELAY_THRESHOLD!r})")
+    parser.add_argument("--max-event-time-ahead", metavar="INTERVAL",
+                        help="quarantine rows whose event time is later than the batch's processing time plus this "
+                             "(e.g. '1 hour'), so a future-dated record cannot jump the watermark (default: off)")
     add_run_arguments(parser)
     return parser.parse_args(argv)
 
@@ -135,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         landing=args.landing, checkpoint=args.checkpoint, output=args.output,
         quarantine_output=args.quarantine_output, quarantine_checkpoint=args.quarantine_checkpoint,
         delay_threshold=args.delay_threshold, spark_trigger=args.spark_trigger, run_tag=args.run_tag,
-        max_files_per_trigger=args.max_files_per_trigger,
+        max_files_per_trigger=args.max_files_per_trigger, max_event_time_ahead=args.max_event_time_ahead,
     )
     code, _ = execute(QUERY_NAME, args, lambda spark: run(spark, config))
     return code

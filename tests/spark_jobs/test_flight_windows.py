@@ -197,3 +197,26 @@ def test_failed_query_exits_non_zero_with_its_exception(tmp_path):
 
 def test_progress_log_convention_is_shared():
     assert progress_log_path("/a/ck/") == progress.progress_log_path("/a/ck") == "/a/ck.progress.jsonl"
+
+
+def test_a_future_dated_flight_is_kept_aside_instead_of_jumping_the_watermark(spark, tmp_path):
+    config = fw.JobConfig(landing=str(tmp_path / "landing"), checkpoint=str(tmp_path / "ck"),
+                          output=str(tmp_path / "out"), max_event_time_ahead="1 hour")
+    lander.land_interval(*_day_interval(1), config.landing)
+    # A real flight of the day, its departure mistyped into 2099: landed like any other event.
+    event = next(json.loads(line) for path in sorted(Path(config.landing).glob("*.jsonl"))
+                 for line in path.read_text().splitlines() if json.loads(line)["status"] == "landed")
+    event.update(id=10_000_000, dep_time="2099-01-01T12:00:00Z")
+    (Path(config.landing) / "mistyped.jsonl").write_text(json.dumps(event) + "\n")
+    fw.run(spark, config)
+    bad = _sink(spark, config.quarantine_output)
+    (future,) = bad[bad["reason"] == "future_event_time"].itertuples()
+    assert future.id == 10_000_000 and future.dep_time == "2099-01-01T12:00:00Z"
+    assert future.source_file.endswith("mistyped.jsonl")
+    watermark = max(_offsets_watermarks(config.checkpoint).values())
+    assert 0 < watermark < pendulum.datetime(2013, 1, 3, tz="UTC").int_timestamp * 1000  # 2013, not 2099
+    observed = [r["observed_metrics"]["quarantine"] for r in read_progress_log(progress_log_path(config.quarantine_checkpoint)).records
+                if r.get("observed_metrics")]
+    assert sum(int(m["future_event_time"]) for m in observed) == 1
+    with pytest.raises(ValueError, match="expected an interval"):
+        fw.JobConfig(landing="l", checkpoint="c", output="o", max_event_time_ahead="1 hour'; DROP")
