@@ -248,29 +248,25 @@ def _gaps(ids: Iterable[int]) -> list[tuple[int, int]]:
     return [(before + 1, after - 1) for before, after in zip(ordered, ordered[1:]) if after - before > 1]
 
 
+def _hole(location: str, log_name: str, first: int, last: int, where: str) -> Finding:
+    """One ``missing_batch`` finding for ``<log_name>/first..last``, named by its first file."""
+    span = f"{log_name}/{first}" if first == last else f"{log_name}/{first}..{last} ({last - first + 1} batches)"
+    return _finding("missing_batch", first, _path(location, log_name, first),
+                    f"{span} missing {where} (async progress tracking leaves such holes; otherwise files were deleted)")
+
+
 def missing_batch(records: Sequence[BatchRecord], location: str, has_commit_log: bool = True) -> list[Finding]:
     """Holes inside the retained range (consecutive ids grouped into one finding)."""
     offsets_ids = {r.batch_id for r in records if r.has_offsets}
     if not offsets_ids:
         return []
     low, head = min(offsets_ids), max(offsets_ids)
-    findings = []
-    for first, last in _gaps(offsets_ids):
-        span = f"offsets/{first}" if first == last else f"offsets/{first}..{last} ({last - first + 1} batches)"
-        findings.append(_finding(
-            "missing_batch", first, _path(location, "offsets", first),
-            f"{span} missing between offsets/{low} and offsets/{head} (async progress tracking leaves such "
-            f"holes; otherwise files were deleted)",
-        ))
+    findings = [_hole(location, "offsets", first, last, f"between offsets/{low} and offsets/{head}")
+                for first, last in _gaps(offsets_ids)]
     if has_commit_log:
         uncommitted = {r.batch_id for r in records if r.has_offsets and not r.committed and r.batch_id != head}
-        for first, last in _ranges(uncommitted):
-            span = f"commits/{first}" if first == last else f"commits/{first}..{last} ({last - first + 1} batches)"
-            findings.append(_finding(
-                "missing_batch", first, _path(location, "commits", first),
-                f"{span} missing although later batches exist (async progress tracking leaves such holes; "
-                f"otherwise files were deleted)",
-            ))
+        findings += [_hole(location, "commits", first, last, "although later batches exist")
+                     for first, last in _ranges(uncommitted)]
     return findings
 
 
