@@ -26,9 +26,10 @@ from watermark_ops.core import progress
 from watermark_ops.core.progress import read_progress_log, summarize_run
 from watermark_ops.examples.flights import lander
 
+from tests.spark_jobs.flight_expectations import assert_sink_equals
+from tests.spark_jobs.flight_expectations import expected_windows as _expected
+
 NY = "America/New_York"
-DELAY_MS = 2 * 3600 * 1000  # the job's default delay threshold, "2 hours"
-HOUR_MS = 3600 * 1000
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -63,39 +64,11 @@ def four_restarts(spark, tmp_path_factory):
     return config, landed, runs
 
 
-def _expected(landed, delay_ms=DELAY_MS):
-    """Pandas replay of Spark's watermark rules over the landed files, run by run."""
-    watermark, kept, dropped, watermarks = 0, [], 0, []
-    for summary in landed:
-        frame = pd.DataFrame([json.loads(line) for line in open(summary["path"])])
-        good = frame[frame.dep_time.notna() & frame.arr_time.notna()].copy()
-        good["event_ms"] = pd.to_datetime(good.dep_time).astype("int64") // 10**6
-        good["window_start_ms"] = good.event_ms // HOUR_MS * HOUR_MS
-        late = good.window_start_ms + HOUR_MS <= watermark  # window already closed: dropped
-        dropped += int(late.sum())
-        kept.append(good[~late])
-        watermarks.append(watermark)
-        watermark = max(watermark, int(good.event_ms.max()) - delay_ms)
-    rows = pd.concat(kept)
-    windows = rows.groupby(["origin", "window_start_ms"]).agg(
-        departures=("id", "size"), mean_dep_delay=("dep_delay", "mean"), max_dep_delay=("dep_delay", "max")
-    ).reset_index()
-    emitted = windows[windows.window_start_ms + HOUR_MS <= watermark]
-    return emitted, dropped, watermarks, watermark
-
-
 def test_windows_equal_independent_pandas_computation(spark, four_restarts):
     config, landed, _ = four_restarts
     emitted, _, _, _ = _expected(landed)
     sink = _sink(spark, config.output)
-    sink["window_start_ms"] = pd.to_datetime(sink.window_start, utc=True).astype("int64") // 10**6
-    assert not sink.duplicated(["origin", "window_start_ms"]).any(), "a window was written twice"
-    merged = emitted.merge(sink, on=["origin", "window_start_ms"], how="outer", indicator=True,
-                           suffixes=("_pandas", "_spark"))
-    assert (merged["_merge"] == "both").all(), merged[merged["_merge"] != "both"]
-    assert (merged.departures_pandas == merged.departures_spark).all()
-    assert (merged.max_dep_delay_pandas == merged.max_dep_delay_spark).all()
-    assert ((merged.mean_dep_delay_pandas - merged.mean_dep_delay_spark).abs() < 1e-9).all()
+    assert_sink_equals(sink, emitted)
     assert len(sink) > 150  # about 50 hourly windows a day at three airports
 
 
