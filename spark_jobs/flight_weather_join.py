@@ -240,7 +240,7 @@ def run(spark, config: JoinConfig) -> dict:
     ]
     result = {
         query.name: {"query_id": str(query.id), "batches": records, "state_operators": _state_operators(query)}
-        for query, records in run_queries(spark, plans, config.spark_trigger, config.run_tag)
+        for query, records in run_queries(spark, plans, config.spark_trigger, config.run_tag, tick_landing=config.landing)
     }
     result[QUERY_NAME]["watermark_policy"] = {"requested": config.watermark_policy, "effective": effective}
     return result

@@ -116,7 +116,7 @@ def run(spark, config: JobConfig) -> dict:
     ]
     return {
         query.name: {"query_id": str(query.id), "batches": records}
-        for query, records in run_queries(spark, plans, config.spark_trigger, config.run_tag)
+        for query, records in run_queries(spark, plans, config.spark_trigger, config.run_tag, tick_landing=config.landing)
     }
 
 

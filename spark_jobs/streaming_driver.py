@@ -288,22 +288,21 @@ def progress_log_path(checkpoint: str) -> str:
     return str(checkpoint).rstrip("/") + ".progress.jsonl"
 
 
-def checkpoint_watermark_policy(checkpoint: str) -> str | None:
-    """The ``multipleWatermarkPolicy`` a checkpoint is frozen with, from its latest offsets file.
+def _head_offsets(checkpoint: str) -> tuple[Any, str, int, dict[str, Any]] | None:
+    """``(filesystem, checkpoint root, head batch id, offsets metadata)`` of the newest ``offsets/N``.
 
-    Reads line 2 (``OffsetSeqMetadata``, ``OffsetSeq.scala``) of ``<checkpoint>/offsets/<N>``
-    for the highest decimal N (other names, e.g. ``.N.crc`` and temp files, are ignored).
+    Reads line 2 (``OffsetSeqMetadata``, ``OffsetSeq.scala``) of ``<checkpoint>/offsets/<N>`` for
+    the highest decimal N (other names, e.g. ``.N.crc`` and temp files, are ignored). None for a
+    new checkpoint (no offsets file yet).
 
-    :param checkpoint: checkpoint location (local path or fsspec URL).
-    :return: ``"min"`` or ``"max"``; ``"min"`` when the conf lacks the key (Spark's default for
-        old checkpoints); None for a new checkpoint (no offsets file yet).
-    :raises ValueError: naming the file when the latest offsets file is not ``v<N>`` followed by
-        a JSON object line (Spark would refuse to restart from it as well).
+    :raises ValueError: naming the file when it is not ``v<N>`` followed by a JSON object line
+        (Spark would refuse to restart from it as well).
     """
     import fsspec
 
     fs, root = fsspec.core.url_to_fs(str(checkpoint))
-    folder = root.rstrip("/") + "/offsets"
+    root = root.rstrip("/")
+    folder = root + "/offsets"
     if not fs.isdir(folder):
         return None
     ids = [int(name) for name in (p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(folder, detail=False))
@@ -320,10 +319,75 @@ def checkpoint_watermark_policy(checkpoint: str) -> str | None:
             raise ValueError("metadata is not a JSON object")
     except (IndexError, ValueError) as exc:
         raise ValueError(f"{path}: expected an offset log file ('v<N>' then a metadata JSON object) ({exc})") from exc
-    return str((metadata.get("conf") or {}).get(POLICY_CONF, CHECKPOINT_DEFAULT_POLICY))
+    return fs, root, max(ids), metadata
 
 
-def run_queries(spark, plans, spark_trigger: str, run_tag: str | None) -> list[tuple[Any, list[dict[str, Any]]]]:
+def checkpoint_watermark_policy(checkpoint: str) -> str | None:
+    """The ``multipleWatermarkPolicy`` a checkpoint is frozen with, from its latest offsets file.
+
+    :param checkpoint: checkpoint location (local path or fsspec URL).
+    :return: ``"min"`` or ``"max"``; ``"min"`` when the conf lacks the key (Spark's default for
+        old checkpoints); None for a new checkpoint (no offsets file yet).
+    :raises ValueError: naming the file when the latest offsets file cannot be read (see :func:`_head_offsets`).
+    """
+    head = _head_offsets(checkpoint)
+    if head is None:
+        return None
+    return str((head[3].get("conf") or {}).get(POLICY_CONF, CHECKPOINT_DEFAULT_POLICY))
+
+
+def owed_trailing_batch(checkpoint: str) -> int | None:
+    """The head batch id when its trailing no-data batch is owed, else None.
+
+    Owed: ``commits/N`` of the head batch N exists and its ``nextBatchWatermarkMs`` is above the
+    ``batchWatermarkMs`` N ran with (``CommitLog.scala``, ``OffsetSeq.scala``): the watermark moved
+    and the windows it closes have not been emitted. Under availableNow Spark runs that batch right
+    after N, so it is owed only when the driver died between the two (or after a ``once`` run).
+    Spark does not run it on a restart without new input (``MicroBatchExecution`` decides on the
+    *previous execution* of this process, which a restarted driver lacks).
+
+    :raises ValueError: naming the file when the head offsets file cannot be read.
+    """
+    head = _head_offsets(checkpoint)
+    if head is None:
+        return None
+    fs, root, batch_id, metadata = head
+    commit = f"{root}/commits/{batch_id}"
+    if not fs.exists(commit):
+        return None  # in flight: Spark re-runs it, and its trailing batch follows
+    lines = fs.cat_file(commit).decode("utf-8", errors="replace").split("\n")
+    try:
+        next_watermark = json.loads(lines[1]).get("nextBatchWatermarkMs")
+    except (IndexError, ValueError, AttributeError):
+        return None  # not ours to judge: Spark reports a corrupt commit when it restarts
+    current = metadata.get("batchWatermarkMs")
+    if isinstance(next_watermark, int) and isinstance(current, int) and next_watermark > current:
+        return batch_id
+    return None
+
+
+def land_tick(landing: str, checkpoint: str, batch_id: int) -> str:
+    """Land an empty JSON-lines file so that a restart without new input runs the owed batch.
+
+    The file source sees a new file, so Spark runs batch ``batch_id + 1`` (zero rows) with the
+    restored watermark: it emits the closed windows and evicts their state, as the trailing
+    no-data batch would have. The name (``watermark-ops-tick-<checkpoint name>-<batch id>.jsonl``,
+    never starting with ``_`` or ``.``, which the file source ignores) says why it is there.
+
+    :return: the path of the tick file.
+    """
+    import fsspec
+
+    fs, folder = fsspec.core.url_to_fs(str(landing))
+    fs.makedirs(folder, exist_ok=True)
+    name = str(checkpoint).rstrip("/").rsplit("/", 1)[-1]
+    path = f"{folder.rstrip('/')}/watermark-ops-tick-{name}-{batch_id}.jsonl"
+    fs.touch(path)
+    return path
+
+
+def run_queries(spark, plans, spark_trigger: str, run_tag: str | None,
+                tick_landing: str | None = None) -> list[tuple[Any, list[dict[str, Any]]]]:
     """Run (restart) append-mode Parquet queries once with one Spark trigger, recording progress.
 
     :param plans: ``(name, streaming DataFrame, checkpoint, output path)`` per query; each is
@@ -331,6 +395,10 @@ def run_queries(spark, plans, spark_trigger: str, run_tag: str | None) -> list[t
         ``<checkpoint>.progress.jsonl``.
     :param spark_trigger: ``"availableNow"`` or ``"once"`` (see :func:`apply_spark_trigger`).
     :param run_tag: stamped on every progress record (the DAG's run id).
+    :param tick_landing: a folder every query reads; under availableNow, when a checkpoint's
+        trailing no-data batch is owed (:func:`owed_trailing_batch`: the last driver died between
+        a batch's commit and that batch), an empty tick file is landed there first
+        (:func:`land_tick`), so that this run emits what the dead run did not.
     :return: ``[(StreamingQuery, this run's progress records)]`` in the order of ``plans``.
     :raises checkpoint_lock.CheckpointInUse: when another driver holds a checkpoint's lock
         (``<checkpoint>.lock``, held for the whole run); no query is started then.
@@ -340,6 +408,14 @@ def run_queries(spark, plans, spark_trigger: str, run_tag: str | None) -> list[t
     with contextlib.ExitStack() as locks:
         for _, _, checkpoint, _ in plans:
             locks.enter_context(checkpoint_lock(checkpoint))
+        if tick_landing and spark_trigger == "availableNow":
+            for _, _, checkpoint, _ in plans:
+                owed = owed_trailing_batch(checkpoint)
+                if owed is not None:
+                    path = land_tick(tick_landing, checkpoint, owed)
+                    log.warning("checkpoint %s: batch %d was committed but the trailing no-data batch after it never "
+                                "ran (its driver died); landed %s so that this run emits the windows it closes",
+                                checkpoint, owed, path)
         return _run_locked(spark, plans, spark_trigger, run_tag)
 
 

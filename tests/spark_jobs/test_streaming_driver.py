@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from streaming_driver import POLICY_CONF, checkpoint_watermark_policy
+from streaming_driver import POLICY_CONF, checkpoint_watermark_policy, land_tick, owed_trailing_batch
 
 
 def test_checkpoint_watermark_policy_reads_the_latest_offsets_file(tmp_path):
@@ -20,3 +20,25 @@ def test_checkpoint_watermark_policy_reads_the_latest_offsets_file(tmp_path):
     (offsets / "2").write_text("v1\nnot json\n")
     with pytest.raises(ValueError, match=r"offsets/2: expected an offset log file"):
         checkpoint_watermark_policy(str(tmp_path / "cp"))
+
+
+def _batch(root, batch_id: int, watermark: int, next_watermark: int | None) -> None:
+    (root / "offsets").mkdir(parents=True, exist_ok=True)
+    (root / "commits").mkdir(exist_ok=True)
+    (root / "offsets" / str(batch_id)).write_text(
+        'v1\n{"batchWatermarkMs":%d,"batchTimestampMs":1,"conf":{}}\n{"logOffset":%d}' % (watermark, batch_id))
+    if next_watermark is not None:
+        (root / "commits" / str(batch_id)).write_text('v1\n{"nextBatchWatermarkMs":%d}' % next_watermark)
+
+
+def test_a_trailing_batch_is_owed_only_after_a_commit_that_moved_the_watermark(tmp_path):
+    root = tmp_path / "cp"
+    assert owed_trailing_batch(str(root)) is None  # new checkpoint
+    _batch(root, 0, 0, 5000)  # data batch committed, the watermark moved: its trailing batch is owed
+    assert owed_trailing_batch(str(root)) == 0
+    _batch(root, 1, 5000, 5000)  # the trailing batch ran
+    assert owed_trailing_batch(str(root)) is None
+    _batch(root, 2, 5000, None)  # in flight: Spark re-runs it, its trailing batch follows
+    assert owed_trailing_batch(str(root)) is None
+    tick = land_tick(str(tmp_path / "landing"), str(root) + "/", 0)
+    assert tick.endswith("/landing/watermark-ops-tick-cp-0.jsonl") and (tmp_path / "landing" / tick.rsplit("/", 1)[1]).read_bytes() == b""
