@@ -23,6 +23,10 @@ cannot be read, or for a bad flag value; else 0 (an alarm is in ``classification
 
 ``lateness`` prints the share of rows dropped by the watermark per run and, per landing folder,
 the smallest delay threshold that keeps drops below 1 % and 0.1 %. Exit 2 for bad input.
+
+Each subcommand imports the core modules it needs when it runs (``audit`` loads neither the stall
+classification, the lateness report nor pendulum), and the status flags' default durations are
+put into words only when ``--help`` is printed: a terminal command pays only for what it uses.
 """
 
 from __future__ import annotations
@@ -33,14 +37,7 @@ import sys
 from dataclasses import fields, replace
 
 from watermark_ops import render
-from watermark_ops.core.audit import run_audit
-from watermark_ops.core.checkpoint import read_checkpoint
-from watermark_ops.core.lateness import EVENT_TIME_FIELDS, LatenessError, lateness_report
-from watermark_ops.core.memory import MemoryFormatError, StateFileMemory
-from watermark_ops.core.stall import StallInputError, classify_at
-from watermark_ops.core.status import CheckpointStatus
 from watermark_ops.core.thresholds import DEFAULT_THRESHOLDS, Thresholds
-from watermark_ops.core.times import duration_ms, duration_words, instant_ms
 
 __all__ = ["build_parser", "main", "thresholds_from_args"]
 
@@ -59,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
         ("lateness", "drop rate per run, and the delay threshold that would keep drops below 1 and 0.1 percent",
          _lateness_arguments, _lateness),
     ):
-        sub = subparsers.add_parser(name, help=help_text, description=help_text)
+        sub = subparsers.add_parser(name, help=help_text, description=help_text,
+                                    formatter_class=_StatusHelpFormatter)
         add_arguments(sub)
         sub.set_defaults(run=run)
     return parser
@@ -85,6 +83,9 @@ def _audit_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _audit(args: argparse.Namespace) -> int:
+    from watermark_ops.core.audit import run_audit
+    from watermark_ops.core.memory import MemoryFormatError, StateFileMemory
+
     try:
         memory = StateFileMemory(args.state) if args.state else None
         report = run_audit(args.checkpoint, memory)
@@ -121,8 +122,21 @@ def _status_arguments(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(flag, type=int, default=None, metavar="K",
                                 help=f"data batches without a watermark move -> stalled (default {item.default})")
             continue
-        shown = duration_words(duration_ms(item.default)) if item.default is not None else "none"
-        parser.add_argument(flag, default=None, metavar="DURATION", help=f"{_FLAG_HELP[item.name]} (default {shown})")
+        parser.add_argument(flag, default=None, metavar="DURATION", help=f"{_FLAG_HELP[item.name]} (default %(shown)s)")
+
+
+class _StatusHelpFormatter(argparse.HelpFormatter):
+    """Puts each threshold flag's default into words (pendulum) when ``--help`` is printed, not
+    when the parser is built: every other command skips that import."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help
+        if text and "%(shown)s" in text:
+            from watermark_ops.core.times import duration_ms, duration_words
+
+            default = getattr(DEFAULT_THRESHOLDS, action.dest)
+            text = text.replace("%(shown)s", duration_words(duration_ms(default)) if default is not None else "none")
+        return text
 
 
 def thresholds_from_args(args: argparse.Namespace) -> Thresholds:
@@ -137,6 +151,11 @@ def thresholds_from_args(args: argparse.Namespace) -> Thresholds:
 
 
 def _status(args: argparse.Namespace) -> int:
+    from watermark_ops.core.checkpoint import read_checkpoint
+    from watermark_ops.core.stall import StallInputError, classify_at
+    from watermark_ops.core.status import CheckpointStatus
+    from watermark_ops.core.times import instant_ms
+
     try:
         thresholds = thresholds_from_args(args)
         at_ms = instant_ms(args.at) if args.at else None
@@ -164,6 +183,8 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _lateness_arguments(parser: argparse.ArgumentParser) -> None:
+    from watermark_ops.core.lateness import EVENT_TIME_FIELDS
+
     parser.add_argument("checkpoint", help="checkpoint location (its progress log is <checkpoint>.progress.jsonl)")
     parser.add_argument("--landing", action="append", metavar="DIR",
                         help="landing folder of an input, for the observed lateness (repeat per input)")
@@ -173,6 +194,8 @@ def _lateness_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _lateness(args: argparse.Namespace) -> int:
+    from watermark_ops.core.lateness import LatenessError, lateness_report
+
     try:
         report = lateness_report(args.checkpoint, args.landing or (), event_time_field=args.event_time_field)
     except (LatenessError, OSError) as exc:

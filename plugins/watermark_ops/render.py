@@ -16,21 +16,27 @@ What it draws (every input is plain data from :mod:`watermark_ops.core`):
   :func:`print_lateness_report`, JSON by ``LatenessReport.to_dict``.
 
 Times are shown as ISO-8601 UTC with the epoch milliseconds beside them where a value is audited.
+
+Importing this module loads only the audit's rules from the core (for the severity names); the
+stall classification's and the lateness report's modules are imported by the functions that draw
+them, so ``watermark-ops audit`` does not pay for them.
 """
 
 from __future__ import annotations
 
 import io
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from watermark_ops.core.audit import AuditReport
-from watermark_ops.core.lateness import LatenessReport, spark_interval
 from watermark_ops.core.rules import ERROR, INFO, WARNING
-from watermark_ops.core.stall import ADVANCING, IDLE, JUMPED, LAGGING, STALLED, Classification
-from watermark_ops.core.status import CheckpointStatus
-from watermark_ops.core.thresholds import Thresholds
 from watermark_ops.core.times import duration_ms, duration_words, iso_utc
+
+if TYPE_CHECKING:  # annotations only: the modules are imported where they are drawn
+    from watermark_ops.core.audit import AuditReport
+    from watermark_ops.core.lateness import LatenessReport
+    from watermark_ops.core.stall import Classification
+    from watermark_ops.core.status import CheckpointStatus
+    from watermark_ops.core.thresholds import Thresholds
 
 __all__ = [
     "DEFAULT_LIMIT",
@@ -50,7 +56,14 @@ DEFAULT_LIMIT = 50
 
 _SEVERITY_STYLE = {ERROR: "bold red", WARNING: "yellow", INFO: "cyan"}
 _STATUS_STYLE = {"ok": "bold green", "violation": "bold red", "unreadable": "bold yellow"}
-_STATE_STYLE = {JUMPED: "bold red", STALLED: "bold red", LAGGING: "bold yellow", IDLE: "cyan", ADVANCING: "bold green"}
+
+
+def _state_style(state: str) -> str:
+    """The rich style of a stall state (:data:`watermark_ops.core.stall.STATES`)."""
+    from watermark_ops.core.stall import ADVANCING, IDLE, JUMPED, LAGGING, STALLED
+
+    return {JUMPED: "bold red", STALLED: "bold red", LAGGING: "bold yellow", IDLE: "cyan",
+            ADVANCING: "bold green"}[state]
 
 
 # --------------------------------------------------------------------------------------------
@@ -256,7 +269,7 @@ def print_classification(c: Classification, console: Any) -> None:
     from rich.table import Table
 
     alarm = " [bold red](ALARM)[/]" if c.alarm else ""
-    console.print(f"watermark state [{_STATE_STYLE[c.state]}]{c.state}[/]{alarm} at {iso_utc(c.evaluated_at_ms)}")
+    console.print(f"watermark state [{_state_style(c.state)}]{c.state}[/]{alarm} at {iso_utc(c.evaluated_at_ms)}")
     for reason in c.reasons:
         console.print(f"  - {reason}", highlight=False, markup=False)
     for hint in c.hints:
@@ -276,6 +289,8 @@ def print_classification(c: Classification, console: Any) -> None:
 def _lateness_duration(ms: int | None) -> str:
     if ms is None:
         return "-"
+    from watermark_ops.core.lateness import spark_interval
+
     return spark_interval(ms) if ms else "0"
 
 
