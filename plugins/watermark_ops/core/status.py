@@ -29,7 +29,8 @@ class CheckpointStatus:
     :ivar location: the checkpoint location as the reader shows it.
     :ivar query_id: the query id (``metadata``), None when unreadable or missing.
     :ivar head_batch_id: the latest batch id with an offsets file, None without batches.
-    :ivar lowest_batch_id: the lowest batch id with an offsets file (above 0 after purging).
+    :ivar lowest_batch_id: the lowest batch id with an offsets file (above 0 after purging), as
+        listed: also right after a bounded read (``read_checkpoint(newest=N)``) that did not read it.
     :ivar watermark_ms: the watermark the next batch starts from (epoch ms UTC), None if unknown.
     :ivar in_flight_batch: the head batch when it has no commit, else None.
     :ivar latest_batch_timestamp_ms: the head batch's ``batchTimestampMs`` (epoch ms UTC).
@@ -49,12 +50,14 @@ class CheckpointStatus:
     def of(cls, checkpoint: Checkpoint) -> CheckpointStatus:
         """The status of a checkpoint read by :func:`watermark_ops.core.checkpoint.read_checkpoint`."""
         head = checkpoint.batch(checkpoint.head_batch_id) if checkpoint.head_batch_id is not None else None
-        with_offsets = [b.batch_id for b in checkpoint.batches if b.offsets_file is not None]
+        lowest = checkpoint.lowest_offsets_batch_id
+        if lowest is None:  # a Checkpoint built by hand, not by the reader
+            lowest = min((b.batch_id for b in checkpoint.batches if b.offsets_file is not None), default=None)
         return cls(
             location=checkpoint.location,
             query_id=checkpoint.query_id,
             head_batch_id=checkpoint.head_batch_id,
-            lowest_batch_id=min(with_offsets) if with_offsets else None,
+            lowest_batch_id=lowest,
             watermark_ms=checkpoint.next_watermark_ms,
             in_flight_batch=checkpoint.in_flight_batch_id,
             latest_batch_timestamp_ms=head.timestamp_ms if head is not None else None,
