@@ -18,7 +18,10 @@ state file) cannot be read and nothing is violated.
 
 ``status`` prints the head (query id, head batch, the watermark the next batch starts from, the
 in-flight batch) and the stall classification at ``--at`` (default now) with the thresholds as
-flags (``--json`` adds ``state`` and ``classification``). Exit 2 when the checkpoint or its head
+flags (``--json`` adds ``state`` and ``classification``). It reads what a sensor poke reads
+(:func:`watermark_ops.core.stall.read_recent`): the newest batches and the end of the progress
+log, so its cost does not grow with the checkpoint's history (``classification.history`` says
+what was left unread; ``audit`` reads everything). Exit 2 when the checkpoint or its head
 cannot be read, or for a bad flag value; else 0 (an alarm is in ``classification.alarm``).
 
 ``lateness`` prints the share of rows dropped by the watermark per run and, per landing folder,
@@ -151,8 +154,7 @@ def thresholds_from_args(args: argparse.Namespace) -> Thresholds:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from watermark_ops.core.checkpoint import read_checkpoint
-    from watermark_ops.core.stall import StallInputError, classify_at
+    from watermark_ops.core.stall import StallInputError, classify_at, read_recent
     from watermark_ops.core.status import CheckpointStatus
     from watermark_ops.core.times import instant_ms
 
@@ -162,7 +164,8 @@ def _status(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"watermark-ops status: {exc}", file=sys.stderr)
         return 2
-    checkpoint = read_checkpoint(args.checkpoint)
+    # The same bounded read as the sensors (core.stall.evaluate): the newest batches only.
+    checkpoint = read_recent(args.checkpoint, thresholds, at_ms=at_ms)
     status = CheckpointStatus.of(checkpoint)
     try:
         classification = classify_at(checkpoint, thresholds, at_ms)

@@ -221,6 +221,8 @@ def print_status(status: CheckpointStatus, console: Any) -> None:
         ("next batch watermark", watermark),
         ("in-flight batch", "none" if status.in_flight_batch is None else str(status.in_flight_batch)),
         ("latest batch time", iso_utc(status.latest_batch_timestamp_ms) or "none"),
+        *([("batches read", f"the {status.batches_read} newest ({status.unread_batches} older not read)")]
+          if status.unread_batches else []),
     ):
         table.add_row(label, escape(value))
     console.print(table)
@@ -250,7 +252,7 @@ def _evidence_rows(c: Classification) -> list[tuple[str, str]]:
         ("lag (latest batch - watermark)", duration_words(c.lag_ms)),
         ("idle (evaluated at - latest data batch)", duration_words(c.idle_ms)),
         ("last move", f"batch {c.last_move['batch_id']}: {iso_utc(c.last_move['from_ms'])} -> {iso_utc(c.last_move['to_ms'])}"
-         if c.last_move else "none in the retained logs"),
+         if c.last_move else f"none {(c.history or {}).get('scope', 'in the retained logs')}"),
         ("data batches since", ", ".join(str(b.batch_id) for b in c.flat_data_batches) or "none"),
         ("policy", c.policy or "not recorded"),
     ]
