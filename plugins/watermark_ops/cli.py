@@ -60,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
          _lateness_arguments, _lateness),
     ):
         sub = subparsers.add_parser(name, help=help_text, description=help_text,
-                                    formatter_class=_StatusHelpFormatter)
+                                    formatter_class=_LazyHelpFormatter)
         add_arguments(sub)
         sub.set_defaults(run=run)
     return parser
@@ -128,9 +128,10 @@ def _status_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(flag, default=None, metavar="DURATION", help=f"{_FLAG_HELP[item.name]} (default %(shown)s)")
 
 
-class _StatusHelpFormatter(argparse.HelpFormatter):
-    """Puts each threshold flag's default into words (pendulum) when ``--help`` is printed, not
-    when the parser is built: every other command skips that import."""
+class _LazyHelpFormatter(argparse.HelpFormatter):
+    """Fills in the help texts that need a core module (a threshold's default in words, through
+    pendulum; the lateness report's event-time fields) when ``--help`` is printed, not when the
+    parser is built: every command skips those imports."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help
@@ -139,6 +140,10 @@ class _StatusHelpFormatter(argparse.HelpFormatter):
 
             default = getattr(DEFAULT_THRESHOLDS, action.dest)
             text = text.replace("%(shown)s", duration_words(duration_ms(default)) if default is not None else "none")
+        if text and "%(event_time_fields)s" in text:
+            from watermark_ops.core.lateness import EVENT_TIME_FIELDS
+
+            text = text.replace("%(event_time_fields)s", str(EVENT_TIME_FIELDS))
         return text
 
 
@@ -186,13 +191,11 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _lateness_arguments(parser: argparse.ArgumentParser) -> None:
-    from watermark_ops.core.lateness import EVENT_TIME_FIELDS
-
     parser.add_argument("checkpoint", help="checkpoint location (its progress log is <checkpoint>.progress.jsonl)")
     parser.add_argument("--landing", action="append", metavar="DIR",
                         help="landing folder of an input, for the observed lateness (repeat per input)")
     parser.add_argument("--event-time-field",
-                        help=f"event-time field of the landed events (default: the first of {EVENT_TIME_FIELDS} present)")
+                        help="event-time field of the landed events (default: the first of %(event_time_fields)s present)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
 

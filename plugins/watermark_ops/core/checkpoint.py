@@ -10,9 +10,10 @@ Public API (stable; other modules build on it)
     Lists the checkpoint folder, ``offsets/`` and ``commits/`` once each and reads every batch
     file and ``metadata`` once. It never raises for bad content: every file it cannot read or
     parse becomes a :class:`ReadProblem` naming the file, and the rest is still read.
-    With ``newest=N`` it reads only the files of the N highest batch ids listed (and
-    ``metadata``): a bounded read whose cost does not grow with the history (the sensors' and
-    ``status``'s path, :func:`watermark_ops.core.stall.read_recent`); the audit reads everything.
+    With ``newest=N`` it lists ``offsets/`` and reads only the files of its N highest batch ids
+    (their commit files by name, without listing ``commits/``) and ``metadata``: a bounded read
+    whose cost does not grow with the history (the sensors' and ``status``'s path,
+    :func:`watermark_ops.core.stall.read_recent`); the audit reads everything.
     A plain local path is listed and read with ``os`` (no fsspec import, no per-file overhead);
     anything else goes through fsspec.
 
@@ -23,7 +24,7 @@ Public API (stable; other modules build on it)
     ``problems`` (tuple of :class:`ReadProblem`), ``has_commit_log`` (False for pre-2.2
     checkpoints, which have no ``commits/`` folder), ``metadata_file``; what was read:
     ``newest`` (the bound given, None: everything), ``unread_batches`` (batch ids listed but not
-    read, all below ``batches[0]``; 0 when complete), ``lowest_offsets_batch_id`` (the lowest
+    read, all below ``batches[0]``; 0 when complete; a bounded read counts ``offsets/`` ids), ``lowest_offsets_batch_id`` (the lowest
     batch id with an offsets file as listed, read or not: above 0 after Spark's purge), ``complete``.
     Derived: ``head_batch_id`` (latest batch id in the offset log, what Spark restarts from),
     ``in_flight_batch_id`` (the head batch when it has offsets but no commit: running now, or its
@@ -318,11 +319,13 @@ def read_checkpoint(location: Any, *, filesystem: Any = None, storage_options: d
         ``os.PathLike``, or an Airflow ``ObjectStoragePath`` / ``UPath`` (its ``fs`` is used).
     :param filesystem: an fsspec filesystem to read ``location`` (a path inside it) with.
     :param storage_options: passed to ``fsspec.core.url_to_fs`` (credentials, endpoint).
-    :param newest: read only the files of the ``newest`` highest batch ids (ids that have an
-        offsets or a commit file, as listed), plus ``metadata``; None reads every file. The cost is
-        then three listings and at most ``2 * newest + 1`` files, whatever the history: what a
-        sensor poke needs. The older files are neither read nor checked (their problems are not
-        reported); :attr:`Checkpoint.unread_batches` counts them.
+    :param newest: read only the files of the ``newest`` highest batch ids of ``offsets/`` (what
+        Spark restarts from), plus ``metadata``; None reads every file. ``commits/`` is then not
+        listed: the commit file of each of those ids is read by name (absent: not committed), so
+        a commit file without an offsets file is not seen (the audit reports it). The cost is two
+        listings and at most ``2 * newest + 1`` files, whatever the history: what a sensor poke
+        needs. The older files are neither read nor checked (their problems are not reported);
+        :attr:`Checkpoint.unread_batches` counts them.
     :return: a :class:`Checkpoint`; unreadable or malformed files are in ``problems`` (each names
         its file), never raised, and every other file is still read.
     :raises ValueError: ``newest`` below 1.
@@ -337,18 +340,28 @@ def read_checkpoint(location: Any, *, filesystem: Any = None, storage_options: d
     if top is None:
         return Checkpoint(location=shown, query_id=None, batches=(), problems=tuple(problems), has_commit_log=False,
                           newest=newest)
-    folders = {log_name: _list_log(storage, root, log_name, top, problems) for log_name in ("offsets", "commits")}
-    lowest_offsets = min(folders["offsets"]) if folders["offsets"] else None
+    offsets_files = _list_log(storage, root, "offsets", top, problems)
+    lowest_offsets = min(offsets_files) if offsets_files else None
     unread = 0
-    if newest is not None:
-        ids = sorted(folders["offsets"].keys() | folders["commits"].keys())
+    probed: dict[int, str] = {}
+    if newest is None:
+        commit_files = _list_log(storage, root, "commits", top, problems)
+    else:
+        # The window is the newest offsets ids (what Spark restarts from); their commit files are
+        # probed by name instead of listing commits/ (as long as offsets/ once the history is long).
+        ids = sorted(offsets_files)
         if len(ids) > newest:
             unread, keep_from = len(ids) - newest, ids[-newest]
-            folders = {log_name: {i: path for i, path in files.items() if i >= keep_from}
-                       for log_name, files in folders.items()}
+            offsets_files = {i: path for i, path in offsets_files.items() if i >= keep_from}
+        if top.get("commits") == "directory":
+            probed = {i: f"{root}/commits/{i}" for i in offsets_files}
+        commit_files = probed
     metadata_path = f"{root}/metadata" if "metadata" in top else None
-    content = storage.read([*folders["offsets"].values(), *folders["commits"].values(),
+    content = storage.read([*offsets_files.values(), *commit_files.values(),
                             *([metadata_path] if metadata_path else [])])
+    if probed:  # a probed commit that does not exist is no commit, not a problem
+        commit_files = {i: path for i, path in probed.items() if not isinstance(content(path), FileNotFoundError)}
+    folders = {"offsets": offsets_files, "commits": commit_files}
     query_id = _query_id(content(metadata_path), display(metadata_path), problems) if metadata_path else None
     offsets: dict[int, OffsetsEntry] = {}
     commits: dict[int, CommitEntry] = {}

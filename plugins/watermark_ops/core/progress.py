@@ -89,19 +89,22 @@ def _parse_lines(log: ProgressLog, data: bytes, first_offset: int, numbered: boo
     text = data.decode("utf-8", errors="replace")
     offset = first_offset
     for number, line in enumerate(text.splitlines(), start=1):
-        where = f"{log.location}:{number}" if numbered else f"{log.location}: line at byte {offset}"
-        offset += len(line.encode("utf-8", errors="replace")) + 1
+        at = offset
+        if not numbered:  # byte offsets only where line numbers are unknown (a tail read)
+            offset += len(line.encode("utf-8", errors="replace")) + 1
         if not line.strip():
             continue
         try:
             record = loads(line)
         except json.JSONDecodeError as exc:
-            log.problems.append(f"{where}: expected one JSON object per line ({exc.msg})")
-            continue
-        if not isinstance(record, dict) or not isinstance(record.get("batch_id"), int):
-            log.problems.append(f"{where}: expected a JSON object with an integer batch_id")
-            continue
-        log.records.append(record)
+            problem = f"expected one JSON object per line ({exc.msg})"
+        else:
+            if isinstance(record, dict) and isinstance(record.get("batch_id"), int):
+                log.records.append(record)
+                continue
+            problem = "expected a JSON object with an integer batch_id"
+        where = f"{log.location}:{number}" if numbered else f"{log.location}: line at byte {at}"
+        log.problems.append(f"{where}: {problem}")
 
 
 def read_progress_log(location: str) -> ProgressLog:

@@ -198,3 +198,31 @@ def test_newest_must_be_positive(tmp_path):
     with pytest.raises(ValueError, match="newest"):
         read_checkpoint(str(tmp_path / "cp"), newest=0)
     assert len(read_checkpoint(str(tmp_path / "cp"), newest=2).batches) == 2
+
+
+@pytest.mark.parametrize("backend", ["local", "memory"])
+def test_a_bounded_read_holds_what_a_whole_read_holds_for_its_batches(tmp_path, backend):
+    root = tmp_path / "cp"
+    write_checkpoint(root, 130, end_ms=1_795_000_000_000)
+    (root / "commits" / "129").unlink()  # the head is in flight
+    (root / "commits" / "120").unlink()  # a hole in the commit log
+    location = str(root)
+    if backend == "memory":
+        import uuid
+
+        import fsspec
+
+        location = f"memory://bounded-{uuid.uuid4().hex}"
+        memory = fsspec.filesystem("memory")
+        for path in sorted(p for p in root.rglob("*") if p.is_file()):
+            memory.pipe_file(f"{location}/{path.relative_to(root)}", path.read_bytes())
+    whole, bounded = read_checkpoint(location), read_checkpoint(location, newest=20)
+    assert bounded.problems == () and bounded.unread_batches == 110 and not bounded.complete
+    assert [b.batch_id for b in bounded.batches] == list(range(110, 130))
+    assert [(b.batch_id, b.watermark_ms, b.next_watermark_ms, b.committed, b.offsets_file, b.commit_file)
+            for b in bounded.batches] == [
+        (b.batch_id, b.watermark_ms, b.next_watermark_ms, b.committed, b.offsets_file, b.commit_file)
+        for b in whole.batches[110:]]
+    assert bounded.in_flight_batch_id == whole.in_flight_batch_id == 129
+    assert bounded.next_watermark_ms == whole.next_watermark_ms
+    assert CheckpointStatus.of(bounded).lowest_batch_id == CheckpointStatus.of(whole).lowest_batch_id == 0
