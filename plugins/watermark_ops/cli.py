@@ -18,11 +18,18 @@ state file) cannot be read and nothing is violated.
 
 ``status`` prints the head (query id, head batch, the watermark the next batch starts from, the
 in-flight batch) and the stall classification at ``--at`` (default now) with the thresholds as
-flags (``--json`` adds ``state`` and ``classification``). Exit 2 when the checkpoint or its head
+flags (``--json`` adds ``state`` and ``classification``). It reads what a sensor poke reads
+(:func:`watermark_ops.core.stall.read_recent`): the newest batches and the end of the progress
+log, so its cost does not grow with the checkpoint's history (``classification.history`` says
+what was left unread; ``audit`` reads everything). Exit 2 when the checkpoint or its head
 cannot be read, or for a bad flag value; else 0 (an alarm is in ``classification.alarm``).
 
 ``lateness`` prints the share of rows dropped by the watermark per run and, per landing folder,
 the smallest delay threshold that keeps drops below 1 % and 0.1 %. Exit 2 for bad input.
+
+Each subcommand imports the core modules it needs when it runs (``audit`` loads neither the stall
+classification, the lateness report nor pendulum), and the status flags' default durations are
+put into words only when ``--help`` is printed: a terminal command pays only for what it uses.
 """
 
 from __future__ import annotations
@@ -33,14 +40,7 @@ import sys
 from dataclasses import fields, replace
 
 from watermark_ops import render
-from watermark_ops.core.audit import run_audit
-from watermark_ops.core.checkpoint import read_checkpoint
-from watermark_ops.core.lateness import EVENT_TIME_FIELDS, LatenessError, lateness_report
-from watermark_ops.core.memory import MemoryFormatError, StateFileMemory
-from watermark_ops.core.stall import StallInputError, classify_at
-from watermark_ops.core.status import CheckpointStatus
 from watermark_ops.core.thresholds import DEFAULT_THRESHOLDS, Thresholds
-from watermark_ops.core.times import duration_ms, duration_words, instant_ms
 
 __all__ = ["build_parser", "main", "thresholds_from_args"]
 
@@ -59,7 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
         ("lateness", "drop rate per run, and the delay threshold that would keep drops below 1 and 0.1 percent",
          _lateness_arguments, _lateness),
     ):
-        sub = subparsers.add_parser(name, help=help_text, description=help_text)
+        sub = subparsers.add_parser(name, help=help_text, description=help_text,
+                                    formatter_class=_LazyHelpFormatter)
         add_arguments(sub)
         sub.set_defaults(run=run)
     return parser
@@ -85,6 +86,9 @@ def _audit_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _audit(args: argparse.Namespace) -> int:
+    from watermark_ops.core.audit import run_audit
+    from watermark_ops.core.memory import MemoryFormatError, StateFileMemory
+
     try:
         memory = StateFileMemory(args.state) if args.state else None
         report = run_audit(args.checkpoint, memory)
@@ -121,8 +125,26 @@ def _status_arguments(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(flag, type=int, default=None, metavar="K",
                                 help=f"data batches without a watermark move -> stalled (default {item.default})")
             continue
-        shown = duration_words(duration_ms(item.default)) if item.default is not None else "none"
-        parser.add_argument(flag, default=None, metavar="DURATION", help=f"{_FLAG_HELP[item.name]} (default {shown})")
+        parser.add_argument(flag, default=None, metavar="DURATION", help=f"{_FLAG_HELP[item.name]} (default %(shown)s)")
+
+
+class _LazyHelpFormatter(argparse.HelpFormatter):
+    """Fills in the help texts that need a core module (a threshold's default in words, through
+    pendulum; the lateness report's event-time fields) when ``--help`` is printed, not when the
+    parser is built: every command skips those imports."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help
+        if text and "%(shown)s" in text:
+            from watermark_ops.core.times import duration_ms, duration_words
+
+            default = getattr(DEFAULT_THRESHOLDS, action.dest)
+            text = text.replace("%(shown)s", duration_words(duration_ms(default)) if default is not None else "none")
+        if text and "%(event_time_fields)s" in text:
+            from watermark_ops.core.lateness import EVENT_TIME_FIELDS
+
+            text = text.replace("%(event_time_fields)s", str(EVENT_TIME_FIELDS))
+        return text
 
 
 def thresholds_from_args(args: argparse.Namespace) -> Thresholds:
@@ -137,13 +159,18 @@ def thresholds_from_args(args: argparse.Namespace) -> Thresholds:
 
 
 def _status(args: argparse.Namespace) -> int:
+    from watermark_ops.core.stall import StallInputError, classify_at, read_recent
+    from watermark_ops.core.status import CheckpointStatus
+    from watermark_ops.core.times import instant_ms
+
     try:
         thresholds = thresholds_from_args(args)
         at_ms = instant_ms(args.at) if args.at else None
     except ValueError as exc:
         print(f"watermark-ops status: {exc}", file=sys.stderr)
         return 2
-    checkpoint = read_checkpoint(args.checkpoint)
+    # The same bounded read as the sensors (core.stall.evaluate): the newest batches only.
+    checkpoint = read_recent(args.checkpoint, thresholds, at_ms=at_ms)
     status = CheckpointStatus.of(checkpoint)
     try:
         classification = classify_at(checkpoint, thresholds, at_ms)
@@ -168,11 +195,13 @@ def _lateness_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--landing", action="append", metavar="DIR",
                         help="landing folder of an input, for the observed lateness (repeat per input)")
     parser.add_argument("--event-time-field",
-                        help=f"event-time field of the landed events (default: the first of {EVENT_TIME_FIELDS} present)")
+                        help="event-time field of the landed events (default: the first of %(event_time_fields)s present)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
 def _lateness(args: argparse.Namespace) -> int:
+    from watermark_ops.core.lateness import LatenessError, lateness_report
+
     try:
         report = lateness_report(args.checkpoint, args.landing or (), event_time_field=args.event_time_field)
     except (LatenessError, OSError) as exc:

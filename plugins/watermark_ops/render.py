@@ -16,21 +16,27 @@ What it draws (every input is plain data from :mod:`watermark_ops.core`):
   :func:`print_lateness_report`, JSON by ``LatenessReport.to_dict``.
 
 Times are shown as ISO-8601 UTC with the epoch milliseconds beside them where a value is audited.
+
+Importing this module loads only the audit's rules from the core (for the severity names); the
+stall classification's and the lateness report's modules are imported by the functions that draw
+them, so ``watermark-ops audit`` does not pay for them.
 """
 
 from __future__ import annotations
 
 import io
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from watermark_ops.core.audit import AuditReport
-from watermark_ops.core.lateness import LatenessReport, spark_interval
 from watermark_ops.core.rules import ERROR, INFO, WARNING
-from watermark_ops.core.stall import ADVANCING, IDLE, JUMPED, LAGGING, STALLED, Classification
-from watermark_ops.core.status import CheckpointStatus
-from watermark_ops.core.thresholds import Thresholds
 from watermark_ops.core.times import duration_ms, duration_words, iso_utc
+
+if TYPE_CHECKING:  # annotations only: the modules are imported where they are drawn
+    from watermark_ops.core.audit import AuditReport
+    from watermark_ops.core.lateness import LatenessReport
+    from watermark_ops.core.stall import Classification
+    from watermark_ops.core.status import CheckpointStatus
+    from watermark_ops.core.thresholds import Thresholds
 
 __all__ = [
     "DEFAULT_LIMIT",
@@ -50,7 +56,14 @@ DEFAULT_LIMIT = 50
 
 _SEVERITY_STYLE = {ERROR: "bold red", WARNING: "yellow", INFO: "cyan"}
 _STATUS_STYLE = {"ok": "bold green", "violation": "bold red", "unreadable": "bold yellow"}
-_STATE_STYLE = {JUMPED: "bold red", STALLED: "bold red", LAGGING: "bold yellow", IDLE: "cyan", ADVANCING: "bold green"}
+
+
+def _state_style(state: str) -> str:
+    """The rich style of a stall state (:data:`watermark_ops.core.stall.STATES`)."""
+    from watermark_ops.core.stall import ADVANCING, IDLE, JUMPED, LAGGING, STALLED
+
+    return {JUMPED: "bold red", STALLED: "bold red", LAGGING: "bold yellow", IDLE: "cyan",
+            ADVANCING: "bold green"}[state]
 
 
 # --------------------------------------------------------------------------------------------
@@ -208,6 +221,8 @@ def print_status(status: CheckpointStatus, console: Any) -> None:
         ("next batch watermark", watermark),
         ("in-flight batch", "none" if status.in_flight_batch is None else str(status.in_flight_batch)),
         ("latest batch time", iso_utc(status.latest_batch_timestamp_ms) or "none"),
+        *([("batches read", f"the {status.batches_read} newest ({status.unread_batches} older not read)")]
+          if status.unread_batches else []),
     ):
         table.add_row(label, escape(value))
     console.print(table)
@@ -237,7 +252,7 @@ def _evidence_rows(c: Classification) -> list[tuple[str, str]]:
         ("lag (latest batch - watermark)", duration_words(c.lag_ms)),
         ("idle (evaluated at - latest data batch)", duration_words(c.idle_ms)),
         ("last move", f"batch {c.last_move['batch_id']}: {iso_utc(c.last_move['from_ms'])} -> {iso_utc(c.last_move['to_ms'])}"
-         if c.last_move else "none in the retained logs"),
+         if c.last_move else f"none {(c.history or {}).get('scope', 'in the retained logs')}"),
         ("data batches since", ", ".join(str(b.batch_id) for b in c.flat_data_batches) or "none"),
         ("policy", c.policy or "not recorded"),
     ]
@@ -256,7 +271,7 @@ def print_classification(c: Classification, console: Any) -> None:
     from rich.table import Table
 
     alarm = " [bold red](ALARM)[/]" if c.alarm else ""
-    console.print(f"watermark state [{_STATE_STYLE[c.state]}]{c.state}[/]{alarm} at {iso_utc(c.evaluated_at_ms)}")
+    console.print(f"watermark state [{_state_style(c.state)}]{c.state}[/]{alarm} at {iso_utc(c.evaluated_at_ms)}")
     for reason in c.reasons:
         console.print(f"  - {reason}", highlight=False, markup=False)
     for hint in c.hints:
@@ -276,6 +291,8 @@ def print_classification(c: Classification, console: Any) -> None:
 def _lateness_duration(ms: int | None) -> str:
     if ms is None:
         return "-"
+    from watermark_ops.core.lateness import spark_interval
+
     return spark_interval(ms) if ms else "0"
 
 

@@ -21,18 +21,46 @@ Modules, in the order data flows through them::
     lateness     rows dropped per run, observed lateness, delay-threshold advice
 """
 
-from watermark_ops.core.audit import AuditReport, run_audit
-from watermark_ops.core.checkpoint import Batch, Checkpoint, read_checkpoint
-from watermark_ops.core.checks import Check, check
-from watermark_ops.core.lateness import LatenessReport, lateness_report
-from watermark_ops.core.log_formats import ReadProblem
-from watermark_ops.core.memory import AuditMemory, MemoryFormatError, RememberedHead, StateFileMemory
-from watermark_ops.core.progress import ProgressLog, progress_log_path, read_progress_log, run_report
-from watermark_ops.core.rules import RULES, Finding
-from watermark_ops.core.stall import STATES, CheckpointMissing, Classification, StallInputError, classify, evaluate
-from watermark_ops.core.status import CheckpointStatus
-from watermark_ops.core.thresholds import DEFAULT_THRESHOLDS, Thresholds
-from watermark_ops.core.times import duration, instant_ms, iso_utc
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+#: Where each public name lives. The names are imported on first use (PEP 562 ``__getattr__``),
+#: so ``import watermark_ops`` (and ``python -m watermark_ops audit``) loads only the modules a
+#: command needs: the stall classification's, the lateness report's and pendulum stay unloaded
+#: for an audit.
+_HOMES = {
+    "AuditReport": "audit", "run_audit": "audit",
+    "Batch": "checkpoint", "Checkpoint": "checkpoint", "read_checkpoint": "checkpoint",
+    "Check": "checks", "check": "checks",
+    "LatenessReport": "lateness", "lateness_report": "lateness",
+    "ReadProblem": "log_formats",
+    "AuditMemory": "memory", "MemoryFormatError": "memory", "RememberedHead": "memory", "StateFileMemory": "memory",
+    "ProgressLog": "progress", "progress_log_path": "progress", "read_progress_log": "progress",
+    "run_report": "progress",
+    "RULES": "rules", "Finding": "rules",
+    "STATES": "stall", "CheckpointMissing": "stall", "Classification": "stall", "StallInputError": "stall",
+    "classify": "stall", "evaluate": "stall",
+    "CheckpointStatus": "status",
+    "DEFAULT_THRESHOLDS": "thresholds", "Thresholds": "thresholds",
+    "duration": "times", "instant_ms": "times", "iso_utc": "times",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The public name ``name``, imported from its module on first use (then cached here)."""
+    module = _HOMES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
 
 __all__ = [
     "DEFAULT_THRESHOLDS",

@@ -6,17 +6,26 @@ Spark's sources). It imports neither Airflow nor Spark; files are read through f
 
 Public API (stable; other modules build on it)
 -----------------------------------------------
-``read_checkpoint(location, *, filesystem=None, storage_options=None) -> Checkpoint``
+``read_checkpoint(location, *, filesystem=None, storage_options=None, newest=None) -> Checkpoint``
     Lists the checkpoint folder, ``offsets/`` and ``commits/`` once each and reads every batch
     file and ``metadata`` once. It never raises for bad content: every file it cannot read or
     parse becomes a :class:`ReadProblem` naming the file, and the rest is still read.
+    With ``newest=N`` it lists ``offsets/`` and reads only the files of its N highest batch ids
+    (their commit files by name, without listing ``commits/``) and ``metadata``: a bounded read
+    whose cost does not grow with the history (the sensors' and ``status``'s path,
+    :func:`watermark_ops.core.stall.read_recent`); the audit reads everything.
+    A plain local path is listed and read with ``os`` (no fsspec import, no per-file overhead);
+    anything else goes through fsspec.
 
 ``Checkpoint`` (frozen dataclass)
     ``location`` (str: an absolute local path, or a URL such as ``s3://b/cp``), ``query_id``
     (str | None: None when ``metadata`` is missing or unreadable), ``batches`` (tuple of
     :class:`Batch`, ascending batch id; every id that has an offsets or a commit file),
     ``problems`` (tuple of :class:`ReadProblem`), ``has_commit_log`` (False for pre-2.2
-    checkpoints, which have no ``commits/`` folder), ``metadata_file``.
+    checkpoints, which have no ``commits/`` folder), ``metadata_file``; what was read:
+    ``newest`` (the bound given, None: everything), ``unread_batches`` (batch ids listed but not
+    read, all below ``batches[0]``; 0 when complete; a bounded read counts ``offsets/`` ids), ``lowest_offsets_batch_id`` (the lowest
+    batch id with an offsets file as listed, read or not: above 0 after Spark's purge), ``complete``.
     Derived: ``head_batch_id`` (latest batch id in the offset log, what Spark restarts from),
     ``in_flight_batch_id`` (the head batch when it has offsets but no commit: running now, or its
     driver died), ``next_watermark_ms`` (the watermark the next batch starts from, as
@@ -46,7 +55,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Any
 
 from watermark_ops.core.log_formats import (
@@ -119,6 +128,14 @@ class Checkpoint:
     problems: tuple[ReadProblem, ...]
     has_commit_log: bool
     metadata_file: str | None = None
+    newest: int | None = None
+    unread_batches: int = 0
+    lowest_offsets_batch_id: int | None = None
+
+    @property
+    def complete(self) -> bool:
+        """True when every batch file listed was read (always, without ``newest``)."""
+        return self.unread_batches == 0
 
     @cached_property
     def _by_id(self) -> dict[int, Batch]:
@@ -172,100 +189,216 @@ class Checkpoint:
 # Reading
 
 
+class _FsspecStorage:
+    """Lists and reads through an fsspec filesystem (any URL, an ``ObjectStoragePath``, a filesystem given)."""
+
+    def __init__(self, fs: Any):
+        self.fs = fs
+
+    def display(self, path: str) -> str:
+        """A location a human recognises: a plain path on the local filesystem, else a URL."""
+        protocol = self.fs.protocol if isinstance(self.fs.protocol, str) else self.fs.protocol[0]
+        if protocol in ("file", "local"):
+            return path
+        return self.fs.unstrip_protocol(path)
+
+    def listing(self, path: str) -> dict[str, str]:
+        """One listing of a folder -> {name: type ('file' | 'directory' | ...)}."""
+        return {_name(info["name"]): info.get("type", "file") for info in self.fs.ls(path, detail=True)}
+
+    def names(self, folder: str) -> list[str]:
+        """The names in a folder (no stat per entry)."""
+        return [_name(p if isinstance(p, str) else p["name"]) for p in self.fs.ls(folder, detail=False)]
+
+    def read(self, paths: list[str]):
+        """Read every file at once (``fs.cat``: concurrent on async filesystems);
+        returns ``content(path) -> bytes | Exception``."""
+        fs = self.fs
+        contents = fs.cat(paths, on_error="return") if paths else {}
+
+        def content(path: str) -> bytes | Exception:
+            value = contents.get(path)
+            if value is None:  # some filesystems key the result by a normalised path
+                value = contents.get(fs._strip_protocol(path), FileNotFoundError(path))
+            return value
+
+        return content
+
+
+class _LocalStorage:
+    """Lists and reads a plain local path with ``os`` directly: the answers of fsspec's
+    ``LocalFileSystem`` (same names, types, bytes and exceptions) without importing fsspec or its
+    per-entry and per-file overhead, which dominate a local audit (a 10,000-batch checkpoint is
+    40,000 directory entries and 20,000 files)."""
+
+    def display(self, path: str) -> str:
+        return path
+
+    def listing(self, path: str) -> dict[str, str]:
+        try:
+            with os.scandir(path) as entries:
+                return {e.name: "directory" if e.is_dir() else "file" for e in entries}
+        except NotADirectoryError:  # fsspec lists a file as itself
+            return {_name(path): "file"}
+
+    def names(self, folder: str) -> list[str]:
+        return os.listdir(folder)
+
+    def read(self, paths: list[str]):
+        """Read every file with ``os.open``/``os.read`` (no buffered file object per file: half
+        the cost of ``open().read()`` for small files); ``content(path) -> bytes | Exception``."""
+        contents: dict[str, bytes | Exception] = {}
+        flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
+        for path in paths:
+            try:
+                fd = os.open(path, flags)
+            except Exception as exc:  # noqa: BLE001 - reported as a ReadProblem naming the file
+                contents[path] = exc
+                continue
+            try:
+                chunks = []
+                while chunk := os.read(fd, 65536):
+                    chunks.append(chunk)
+                contents[path] = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            except Exception as exc:  # noqa: BLE001 - e.g. IsADirectoryError on read
+                contents[path] = exc
+            finally:
+                os.close(fd)
+        return contents.__getitem__
+
+
+def _local_path(location: Any) -> str | None:
+    """The absolute path of a plain local location (a ``str`` or ``os.PathLike`` without a
+    protocol), spelled as fsspec's ``LocalFileSystem`` spells it; None for anything else."""
+    if os.sep != "/" or not isinstance(location, (str, os.PathLike)):
+        return None
+    text = os.fspath(location)
+    if not isinstance(text, str) or "://" in text or "::" in text or text.startswith(("file:", "local:")):
+        return None
+    if text.startswith("~"):
+        text = os.path.expanduser(text)
+    elif not text.startswith("/"):
+        text = f"{os.getcwd()}/{'' if text == '.' else text.removeprefix('./')}"
+    return text.rstrip("/") or "/"
+
+
 def _resolve(location: Any, filesystem: Any, storage_options: dict[str, Any] | None):
-    """-> (fsspec filesystem, path inside it)."""
+    """-> (storage, path inside it)."""
+    if filesystem is not None:
+        return _FsspecStorage(filesystem), str(location).rstrip("/") or "/"
+    if hasattr(location, "fs") and hasattr(location, "path"):  # ObjectStoragePath / UPath
+        return _FsspecStorage(location.fs), str(location.path).rstrip("/") or "/"
+    local = None if storage_options else _local_path(location)
+    if local is not None:
+        return _LocalStorage(), local
     import fsspec
 
-    if filesystem is not None:
-        return filesystem, str(location).rstrip("/") or "/"
-    if hasattr(location, "fs") and hasattr(location, "path"):  # ObjectStoragePath / UPath
-        return location.fs, str(location.path).rstrip("/") or "/"
     fs, path = fsspec.core.url_to_fs(os.fspath(location), **(storage_options or {}))
-    return fs, path.rstrip("/") or "/"
-
-
-def _display(fs: Any, path: str) -> str:
-    """A location a human recognises: a plain path on the local filesystem, else a URL."""
-    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
-    if protocol in ("file", "local"):
-        return path
-    return fs.unstrip_protocol(path)
+    return _FsspecStorage(fs), path.rstrip("/") or "/"
 
 
 def _name(path: str) -> str:
     return path.rstrip("/").rsplit("/", 1)[-1]
 
 
-
-def _list(fs: Any, path: str) -> dict[str, str]:
-    """One listing of a folder -> {name: type ('file' | 'directory' | ...)}."""
-    return {_name(info["name"]): info.get("type", "file") for info in fs.ls(path, detail=True)}
-
-
-def _batch_files(fs: Any, folder: str) -> dict[int, str]:
+def _batch_files(storage: Any, folder: str) -> dict[int, str]:
     """One listing of a log folder (names only: no stat per file) -> {batch id: path} of the names
     that are a whole decimal batch id (``HDFSMetadataLog.isBatchFile``)."""
-    paths = (p if isinstance(p, str) else p["name"] for p in fs.ls(folder, detail=False))
-    return {int(name): f"{folder}/{name}" for name in map(_name, paths) if is_batch_file_name(name)}
+    return {int(name): f"{folder}/{name}" for name in storage.names(folder) if is_batch_file_name(name)}
 
 
-def read_checkpoint(location: Any, *, filesystem: Any = None,
-                    storage_options: dict[str, Any] | None = None) -> Checkpoint:
+def read_checkpoint(location: Any, *, filesystem: Any = None, storage_options: dict[str, Any] | None = None,
+                    newest: int | None = None) -> Checkpoint:
     """Read a Structured Streaming checkpoint folder (see the module docstring for the formats).
 
     Lists the folder, ``offsets/`` and ``commits/`` once each, reads ``metadata`` and every batch
-    file once (one ``fs.cat`` call over all of them: concurrent on async filesystems).
+    file once (one ``fs.cat`` call over all of them: concurrent on async filesystems). A plain
+    local path is listed and read with ``os`` directly (same answers, less overhead).
 
     :param location: the checkpoint folder: local path, fsspec URL (``s3://...``, ``memory://...``),
         ``os.PathLike``, or an Airflow ``ObjectStoragePath`` / ``UPath`` (its ``fs`` is used).
     :param filesystem: an fsspec filesystem to read ``location`` (a path inside it) with.
     :param storage_options: passed to ``fsspec.core.url_to_fs`` (credentials, endpoint).
+    :param newest: read only the files of the ``newest`` highest batch ids of ``offsets/`` (what
+        Spark restarts from), plus ``metadata``; None reads every file. ``commits/`` is then not
+        listed: the commit file of each of those ids is read by name (absent: not committed), so
+        a commit file without an offsets file is not seen (the audit reports it). The cost is two
+        listings and at most ``2 * newest + 1`` files, whatever the history: what a sensor poke
+        needs. The older files are neither read nor checked (their problems are not reported);
+        :attr:`Checkpoint.unread_batches` counts them.
     :return: a :class:`Checkpoint`; unreadable or malformed files are in ``problems`` (each names
         its file), never raised, and every other file is still read.
+    :raises ValueError: ``newest`` below 1.
     """
-    fs, root = _resolve(location, filesystem, storage_options)
-    shown = _display(fs, root)
+    if newest is not None and (isinstance(newest, bool) or not isinstance(newest, int) or newest < 1):
+        raise ValueError(f"newest must be a positive number of batches (or None: all), got {newest!r}")
+    storage, root = _resolve(location, filesystem, storage_options)
+    display = storage.display
+    shown = display(root)
     problems: list[ReadProblem] = []
-    top = _list_checkpoint(fs, root, shown, problems)
+    top = _list_checkpoint(storage, root, shown, problems)
     if top is None:
-        return Checkpoint(location=shown, query_id=None, batches=(), problems=tuple(problems), has_commit_log=False)
-    folders = {log_name: _list_log(fs, root, log_name, top, problems) for log_name in ("offsets", "commits")}
+        return Checkpoint(location=shown, query_id=None, batches=(), problems=tuple(problems), has_commit_log=False,
+                          newest=newest)
+    offsets_files = _list_log(storage, root, "offsets", top, problems)
+    lowest_offsets = min(offsets_files) if offsets_files else None
+    unread = 0
+    probed: dict[int, str] = {}
+    if newest is None:
+        commit_files = _list_log(storage, root, "commits", top, problems)
+    else:
+        # The window is the newest offsets ids (what Spark restarts from); their commit files are
+        # probed by name instead of listing commits/ (as long as offsets/ once the history is long).
+        ids = sorted(offsets_files)
+        if len(ids) > newest:
+            unread, keep_from = len(ids) - newest, ids[-newest]
+            offsets_files = {i: path for i, path in offsets_files.items() if i >= keep_from}
+        if top.get("commits") == "directory":
+            probed = {i: f"{root}/commits/{i}" for i in offsets_files}
+        commit_files = probed
     metadata_path = f"{root}/metadata" if "metadata" in top else None
-    content = _fetch(fs, [*folders["offsets"].values(), *folders["commits"].values(),
-                          *([metadata_path] if metadata_path else [])])
-    query_id = _query_id(content(metadata_path), _display(fs, metadata_path), problems) if metadata_path else None
+    content = storage.read([*offsets_files.values(), *commit_files.values(),
+                            *([metadata_path] if metadata_path else [])])
+    if probed:  # a probed commit that does not exist is no commit, not a problem
+        commit_files = {i: path for i, path in probed.items() if not isinstance(content(path), FileNotFoundError)}
+    folders = {"offsets": offsets_files, "commits": commit_files}
+    query_id = _query_id(content(metadata_path), display(metadata_path), problems) if metadata_path else None
     offsets: dict[int, OffsetsEntry] = {}
     commits: dict[int, CommitEntry] = {}
+    conf_cache: dict[str, Any] = {}  # one parse of the conf every batch repeats
+    parse_offsets_cached = partial(parse_offsets, conf_cache=conf_cache)
     for batch_id, path in sorted(folders["offsets"].items()):
-        parsed = _parse(parse_offsets, content(path), batch_id, _display(fs, path), problems)
+        parsed = _parse(parse_offsets_cached, content(path), batch_id, display(path), problems)
         if parsed is not None:
             entry, line_problems = parsed
             problems.extend(line_problems)
             offsets[batch_id] = entry
     for batch_id, path in sorted(folders["commits"].items()):
-        parsed = _parse(parse_commit, content(path), batch_id, _display(fs, path), problems)
+        parsed = _parse(parse_commit, content(path), batch_id, display(path), problems)
         if parsed is not None:
             commits[batch_id] = parsed
+    offsets_files, commit_files = folders["offsets"], folders["commits"]
     batches = tuple(
         Batch(
             batch_id=i,
             offsets=offsets.get(i),
             commit=commits.get(i),
-            offsets_file=_display(fs, folders["offsets"][i]) if i in folders["offsets"] else None,
-            commit_file=_display(fs, folders["commits"][i]) if i in folders["commits"] else None,
+            offsets_file=display(offsets_files[i]) if i in offsets_files else None,
+            commit_file=display(commit_files[i]) if i in commit_files else None,
         )
-        for i in sorted(set(folders["offsets"]) | set(folders["commits"]))
+        for i in sorted(offsets_files.keys() | commit_files.keys())
     )
     return Checkpoint(location=shown, query_id=query_id, batches=batches, problems=tuple(problems),
                       has_commit_log=top.get("commits") == "directory",
-                      metadata_file=_display(fs, metadata_path) if metadata_path else None)
+                      metadata_file=display(metadata_path) if metadata_path else None,
+                      newest=newest, unread_batches=unread, lowest_offsets_batch_id=lowest_offsets)
 
 
-def _list_checkpoint(fs: Any, root: str, shown: str, problems: list[ReadProblem]) -> dict[str, str] | None:
+def _list_checkpoint(storage: Any, root: str, shown: str, problems: list[ReadProblem]) -> dict[str, str] | None:
     """The checkpoint folder's listing, or None (with a problem) when it is missing, unlistable or
     not a checkpoint (neither ``metadata`` nor ``offsets/``)."""
     try:
-        top = _list(fs, root)
+        top = storage.listing(root)
     except FileNotFoundError:
         problems.append(ReadProblem("checkpoint_missing", shown, "no checkpoint folder at this location"))
         return None
@@ -281,29 +414,17 @@ def _list_checkpoint(fs: Any, root: str, shown: str, problems: list[ReadProblem]
     return top
 
 
-def _list_log(fs: Any, root: str, log_name: str, top: dict[str, str], problems: list[ReadProblem]) -> dict[int, str]:
+def _list_log(storage: Any, root: str, log_name: str, top: dict[str, str],
+              problems: list[ReadProblem]) -> dict[int, str]:
     """``{batch id: path}`` of one log folder (empty when the folder is absent or unlistable)."""
     if top.get(log_name) != "directory":
         return {}
     folder = f"{root}/{log_name}"
     try:
-        return _batch_files(fs, folder)
+        return _batch_files(storage, folder)
     except Exception as exc:
-        problems.append(ReadProblem("unreadable", _display(fs, folder), f"cannot list the folder: {exc!r}"))
+        problems.append(ReadProblem("unreadable", storage.display(folder), f"cannot list the folder: {exc!r}"))
         return {}
-
-
-def _fetch(fs: Any, paths: list[str]):
-    """Read every file at once (``fs.cat``); returns ``content(path) -> bytes | Exception``."""
-    contents = fs.cat(paths, on_error="return") if paths else {}
-
-    def content(path: str) -> bytes | Exception:
-        value = contents.get(path)
-        if value is None:  # some filesystems key the result by a normalised path
-            value = contents.get(fs._strip_protocol(path), FileNotFoundError(path))
-        return value
-
-    return content
 
 
 def _parse(parse: Any, raw: bytes | Exception, batch_id: int, file: str, problems: list[ReadProblem]) -> Any:

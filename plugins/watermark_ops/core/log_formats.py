@@ -75,9 +75,16 @@ OFFSETS_MAX_VERSION = 2
 #: Highest commit-log version this reader knows (``CommitLog.MAX_VERSION`` in Spark 4.2+).
 COMMITS_MAX_VERSION = 3
 
-_BATCH_NAME = re.compile(r"^[0-9]+$")
 _HEADER = re.compile(r"^v([0-9]+)$")
 _VOID_OFFSET = "-"  # OffsetSeqLog.SERIALIZED_VOID_OFFSET
+
+# Fast paths for the exact text Spark writes (no spaces, fields in Spark's order, non-negative
+# integers of at most 19 digits). A match gives the very values ``json.loads`` would; anything else
+# (other fields, other order, odd numbers, bad JSON) takes the general path, which validates and
+# reports. They exist because an audit parses every file of the checkpoint.
+_SPARK_OFFSETS_METADATA = re.compile(
+    r'\{"batchWatermarkMs":(0|[1-9][0-9]{0,18}),"batchTimestampMs":(0|[1-9][0-9]{0,18}),"conf":(\{.*\})\}', re.S)
+_SPARK_COMMIT = re.compile(rb'v([1-9][0-9]{0,8})\n\{"nextBatchWatermarkMs":(0|[1-9][0-9]{0,18})\}\n?')
 
 
 #: Batch ids are Scala ``Long`` s: a larger decimal name is not a batch file for Spark either.
@@ -86,9 +93,10 @@ MAX_BATCH_ID = 2**63 - 1
 
 def is_batch_file_name(name: str) -> bool:
     """True for a log file name that is a whole decimal batch id (``HDFSMetadataLog.isBatchFile``:
-    ``Try(name.toLong).isSuccess``); hidden temp files, ``.crc``, checksum side files and numbers
-    beyond a ``Long`` are not."""
-    return bool(_BATCH_NAME.match(name)) and int(name) <= MAX_BATCH_ID
+    ``Try(name.toLong).isSuccess``): ASCII digits only; hidden temp files, ``.crc``, checksum side
+    files and numbers beyond a ``Long`` are not. (String methods, not a regex: a listing of a
+    10,000-batch log folder holds 20,000 names.)"""
+    return name.isdigit() and name.isascii() and (len(name) < 19 or int(name) <= MAX_BATCH_ID)
 
 
 @dataclass(frozen=True)
@@ -245,9 +253,37 @@ def _int_field(obj: dict[str, Any], key: str, what: str) -> int:
     return value
 
 
-def parse_offsets(raw: bytes, batch_id: int, file: str) -> tuple[OffsetsEntry, list[ReadProblem]]:
+def _spark_metadata(text: str, conf_cache: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, str]] | None:
+    """Line 2 of an offsets file in Spark's exact form -> (the metadata object, ``conf`` as text
+    values), else None (the general path then parses, validates and reports).
+
+    ``conf`` is parsed once per distinct text when ``conf_cache`` is given (it is the same in
+    every batch of a query): the entries then share one ``conf`` dict, which must not be mutated.
+    """
+    match = _SPARK_OFFSETS_METADATA.fullmatch(text)
+    if match is None:
+        return None
+    conf_text = match.group(3)
+    cached = conf_cache.get(conf_text) if conf_cache is not None else None
+    if cached is None:
+        try:
+            conf = loads(conf_text)
+        except ValueError:
+            return None
+        cached = (conf, {str(k): str(v) for k, v in conf.items()})
+        if conf_cache is not None:
+            conf_cache[conf_text] = cached
+    conf, shown = cached
+    return {"batchWatermarkMs": int(match.group(1)), "batchTimestampMs": int(match.group(2)), "conf": conf}, shown
+
+
+def parse_offsets(raw: bytes, batch_id: int, file: str, *,
+                  conf_cache: dict[str, Any] | None = None) -> tuple[OffsetsEntry, list[ReadProblem]]:
     """Parse the bytes of ``offsets/<batch_id>`` (``OffsetSeqLog.deserialize``).
 
+    :param conf_cache: a dict kept across the files of one read (opaque to the caller): each
+        distinct ``conf`` text is then parsed once and its dicts shared by the entries (read-only),
+        instead of once per batch.
     :return: the entry and the problems of individual source lines (kept, see :class:`OffsetsEntry`).
     :raises LogFileError: when the file as a whole cannot be used; :func:`watermark_ops.core.checkpoint.read_checkpoint` turns it
         into a :class:`ReadProblem`.
@@ -260,13 +296,18 @@ def parse_offsets(raw: bytes, batch_id: int, file: str) -> tuple[OffsetsEntry, l
         if version >= 2:
             raise LogFileError("truncated", "truncated: a v2 offset log requires a metadata JSON line on line 2")
         metadata: dict[str, Any] = {}  # OffsetSeq without metadata (Spark 2.0): defaults
+        conf_text = None
     else:
-        metadata = _json_object(metadata_line, "line 2 (offset-log metadata)")
+        fast = _spark_metadata(metadata_line, conf_cache)
+        metadata = fast[0] if fast else _json_object(metadata_line, "line 2 (offset-log metadata)")
+        conf_text = fast[1] if fast else None
     watermark_ms = _int_field(metadata, "batchWatermarkMs", "line 2 (offset-log metadata)")
     timestamp_ms = _int_field(metadata, "batchTimestampMs", "line 2 (offset-log metadata)")
     conf = metadata.get("conf") or {}
     if not isinstance(conf, dict):
         raise LogFileError("bad_field", f"line 2 (offset-log metadata): conf must be an object, got {conf!r}")
+    if conf_text is None:
+        conf_text = {str(k): str(v) for k, v in conf.items()}
     source_lines = lines[1:]
     if not source_lines:
         raise LogFileError("truncated", "truncated: expected one offset line per source after the metadata line")
@@ -298,7 +339,7 @@ def parse_offsets(raw: bytes, batch_id: int, file: str) -> tuple[OffsetsEntry, l
             ))
     entry = OffsetsEntry(
         batch_id=batch_id, file=file, version=version, watermark_ms=watermark_ms, timestamp_ms=timestamp_ms,
-        conf={str(k): str(v) for k, v in conf.items()}, sources=tuple(sources), source_ids=tuple(ids),
+        conf=conf_text, sources=tuple(sources), source_ids=tuple(ids),
         metadata=metadata,
     )
     return entry, problems
@@ -311,6 +352,11 @@ def parse_commit(raw: bytes, batch_id: int, file: str) -> CommitEntry:
 
     :raises LogFileError: turned into a :class:`ReadProblem` by the reader.
     """
+    match = _SPARK_COMMIT.fullmatch(raw)  # Spark's exact form: v<n>\n{"nextBatchWatermarkMs":<ms>}
+    if match is not None and int(match.group(1)) <= COMMITS_MAX_VERSION:
+        next_ms = int(match.group(2))
+        return CommitEntry(batch_id=batch_id, file=file, version=int(match.group(1)), next_watermark_ms=next_ms,
+                           metadata={"nextBatchWatermarkMs": next_ms})
     version, lines = _lines_with_header(raw, "commit log", COMMITS_MAX_VERSION)
     text = lines[0].strip() if lines else ""
     metadata = _json_object(text, "line 2 (commit metadata)") if text else {}

@@ -8,6 +8,11 @@ was given), ``batch_id``, ``executed``, ``timestamp_ms`` and ``watermark_ms`` (e
 ``input_rows``, ``state_rows_removed`` (windows emitted in append mode), ``rows_dropped_by_watermark``,
 ``observed_metrics`` (``Dataset.observe`` metrics, e.g. ``quarantine.rows``).
 
+The log grows across runs and is never purged (Spark purges the checkpoint, not this file).
+:func:`read_progress_log` reads it whole (the audit, the lateness report, a run's report);
+:func:`read_progress_tail` reads only its end, from the last byte backwards until the records of
+the batches asked for are in (at most :data:`TAIL_MAX_BYTES`): what a sensor poke needs.
+
 Pure core: no Airflow, no Spark.
 """
 
@@ -20,7 +25,20 @@ from typing import Any, Iterable
 from watermark_ops.core.jsontext import loads
 from watermark_ops.core.times import iso_utc
 
-__all__ = ["ProgressLog", "progress_log_path", "read_progress_log", "records_of_run", "run_report", "summarize_run"]
+__all__ = [
+    "TAIL_MAX_BYTES",
+    "ProgressLog",
+    "progress_log_path",
+    "read_progress_log",
+    "read_progress_tail",
+    "records_of_run",
+    "run_report",
+    "summarize_run",
+]
+
+#: The most :func:`read_progress_tail` reads from the end of a log (a few thousand records).
+TAIL_MAX_BYTES = 4 * 1024 * 1024
+_TAIL_BLOCK = 64 * 1024
 
 
 def progress_log_path(checkpoint: str) -> str:
@@ -40,39 +58,128 @@ class ProgressLog:
 
     :ivar records: the good lines, as dicts, in file order.
     :ivar problems: one message per line that is not a JSON object with a ``batch_id``, naming the
-        file and line number; those lines are kept aside here, not dropped silently.
+        file and line number (in a tail read that did not reach the start of the file: the line's
+        byte offset); those lines are kept aside here, not dropped silently.
+    :ivar start_offset: the byte offset reading started at: 0 for a whole read; for a tail read
+        (:func:`read_progress_tail`), where its first whole line starts.
+    :ivar complete: False when a tail read stopped at :data:`TAIL_MAX_BYTES` before it reached the
+        records it was asked for: records of the requested batches may then be missing.
     """
 
     location: str
     records: list[dict[str, Any]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    start_offset: int = 0
+    complete: bool = True
 
 
-def read_progress_log(location: str) -> ProgressLog:
-    """Read ``location`` (local path or fsspec URL); a missing file is an empty log.
-
-    :raises OSError: when the file exists but cannot be read.
-    """
+def _open(location: str):
+    """A binary file object on ``location`` (a plain local path with ``open``, else through fsspec)."""
+    text = str(location)
+    if "://" not in text and "::" not in text and not text.startswith(("file:", "local:")):
+        return open(text, "rb")  # noqa: SIM115 - the caller closes it
     import fsspec
 
-    fs, path = fsspec.core.url_to_fs(str(location))
-    log = ProgressLog(location=str(location))
-    if not fs.exists(path):
-        return log
-    text = fs.cat_file(path).decode("utf-8", errors="replace")
+    fs, path = fsspec.core.url_to_fs(text)
+    return fs.open(path, "rb")
+
+
+def _parse_lines(log: ProgressLog, data: bytes, first_offset: int, numbered: bool) -> None:
+    """Append the records (and the problems) of whole lines ``data`` starting at byte ``first_offset``."""
+    text = data.decode("utf-8", errors="replace")
+    offset = first_offset
     for number, line in enumerate(text.splitlines(), start=1):
+        at = offset
+        if not numbered:  # byte offsets only where line numbers are unknown (a tail read)
+            offset += len(line.encode("utf-8", errors="replace")) + 1
         if not line.strip():
             continue
         try:
             record = loads(line)
         except json.JSONDecodeError as exc:
-            log.problems.append(f"{location}:{number}: expected one JSON object per line ({exc.msg})")
-            continue
-        if not isinstance(record, dict) or not isinstance(record.get("batch_id"), int):
-            log.problems.append(f"{location}:{number}: expected a JSON object with an integer batch_id")
-            continue
-        log.records.append(record)
+            problem = f"expected one JSON object per line ({exc.msg})"
+        else:
+            if isinstance(record, dict) and isinstance(record.get("batch_id"), int):
+                log.records.append(record)
+                continue
+            problem = "expected a JSON object with an integer batch_id"
+        where = f"{log.location}:{number}" if numbered else f"{log.location}: line at byte {at}"
+        log.problems.append(f"{where}: {problem}")
+
+
+def read_progress_log(location: str) -> ProgressLog:
+    """Read the whole log at ``location`` (local path or fsspec URL); a missing file is an empty log.
+
+    :raises OSError: when the file exists but cannot be read.
+    """
+    log = ProgressLog(location=str(location))
+    try:
+        with _open(location) as handle:
+            data = handle.read()
+    except FileNotFoundError:
+        return log
+    _parse_lines(log, data, 0, numbered=True)
     return log
+
+
+def read_progress_tail(location: str, since_batch_id: int, *, query_id: str | None = None,
+                       max_bytes: int = TAIL_MAX_BYTES) -> ProgressLog:
+    """Read the end of the log at ``location``: the records of batch ids ``>= since_batch_id``.
+
+    Reads blocks backwards from the end of the file (64 KiB, doubling) until the first whole line
+    of what was read is a record of an earlier batch (``batch_id < since_batch_id``) or of another
+    query than ``query_id`` (an earlier checkpoint at the same path), or the start of the file is
+    reached, or ``max_bytes`` were read. The log is written in time order, so what lies before that
+    line belongs to earlier batches or an earlier query. The cost depends on how many records the
+    requested batches have, not on the length of the log.
+
+    :param since_batch_id: the lowest batch id whose records are wanted (e.g. the oldest batch a
+        bounded checkpoint read holds); records of lower batch ids are left out.
+    :param query_id: the checkpoint's query id; records of other queries are left out. None if
+        unknown (the query is then not checked).
+    :param max_bytes: the most read from the end; when reached first, ``complete`` is False.
+    :return: a :class:`ProgressLog` (``start_offset``, ``complete``); a missing file is an empty log.
+    :raises OSError: when the file exists but cannot be read.
+    """
+    log = ProgressLog(location=str(location))
+    try:
+        handle = _open(location)
+    except FileNotFoundError:
+        return log
+    with handle:
+        end = handle.seek(0, 2)
+        start, block, data = end, _TAIL_BLOCK, b""
+        while start > 0:
+            start = max(0, start - block, end - max_bytes)
+            handle.seek(start)
+            data = handle.read(end - start)
+            whole = data if start == 0 else data[data.find(b"\n") + 1:] if b"\n" in data else b""
+            if start == 0 or _precedes(whole, since_batch_id, query_id):
+                break
+            if end - start >= max_bytes:
+                log.complete = False
+                break
+            block *= 2
+        skipped = 0 if start == 0 else (data.find(b"\n") + 1 if b"\n" in data else len(data))
+    log.start_offset = start + skipped
+    _parse_lines(log, data[skipped:], log.start_offset, numbered=start == 0)
+    log.records = [r for r in log.records if r["batch_id"] >= since_batch_id
+                   and (query_id is None or r.get("query_id") in (None, query_id))]
+    return log
+
+
+def _precedes(data: bytes, since_batch_id: int, query_id: str | None) -> bool:
+    """Whether the first whole line of ``data`` is a record before the wanted ones: of an earlier
+    batch, or of another query (a line that is not a record does not tell)."""
+    line = data.split(b"\n", 1)[0]
+    try:
+        record = loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return False
+    if not isinstance(record, dict) or not isinstance(record.get("batch_id"), int):
+        return False
+    other_query = query_id is not None and record.get("query_id") not in (None, query_id)
+    return record["batch_id"] < since_batch_id or other_query
 
 
 def summarize_run(records: Iterable[dict[str, Any]]) -> dict[str, Any]:

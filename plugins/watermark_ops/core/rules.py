@@ -291,7 +291,7 @@ def conf_changed(records: Sequence[BatchRecord]) -> list[Finding]:
     for record in records:
         if not record.conf:
             continue
-        if previous is not None:
+        if previous is not None and previous[1] != record.conf:  # equal (often the very same dict): no change
             before_id, before = previous
             for key in sorted(set(before) & set(record.conf)):
                 if before[key] != record.conf[key]:
@@ -320,6 +320,8 @@ def conf_requested_but_frozen(records: Sequence[BatchRecord], progress_records: 
         requested = progress.get("requested_conf") or {}
         if record is None or (query_id and progress.get("query_id") != query_id):
             continue
+        if isinstance(requested, dict) and requested.items() <= record.conf.items():
+            continue  # every requested value is the frozen one (the usual case, one C-level check)
         for key in sorted(set(requested) & set(record.conf)):
             if str(requested[key]) != str(record.conf[key]) and (progress.get("run_id"), key) not in seen:
                 seen.add((progress.get("run_id"), key))

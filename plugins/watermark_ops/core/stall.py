@@ -61,8 +61,27 @@ are retained, evaluating at a past instant gives what an evaluation at that inst
 commit of a batch that started before ``at`` but committed after it is counted (file contents
 carry no commit time). ``at`` drives idleness only; lag and skew use the batches' own processing
 times, which are real wall-clock values even when the events are years old.
+What is read: the newest batches only
+-------------------------------------
+A sensor pokes every few minutes for as long as a pipeline lives, so its cost must not grow with
+the history. :func:`evaluate` (hence :func:`watermark_ops.core.checks.check`, the sensors and the
+trigger) and ``watermark-ops status`` read through :func:`read_recent`: three folder listings,
+``metadata`` and the files of the newest :func:`recent_batches` batch ids (:data:`RECENT_BATCHES`,
+100, Spark's own ``minBatchesToRetain`` default, so a real checkpoint is usually read whole; more
+when ``stall_batches`` asks for it), and the end of the progress log back to the oldest of those
+batches (:func:`watermark_ops.core.progress.read_progress_tail`). Older files are not read, so a
+corrupt or unreadable old file does not stop a poke (the audit reads and checks everything).
+When older batches exist that were not read (``Classification.history["complete"]`` false), what
+the retained logs would say is said of the batches read: "the watermark has not moved in the 100
+newest batches read (since batch N at T)" rather than "never moved"; no data batch among them
+gives an idle time measured from the oldest batch read (a lower bound); a jump found in the oldest
+batch read may have happened earlier; that batch's inputs come from the progress log, else are
+unknown (as after Spark's purge). An ``at`` before the oldest batch read widens the read until
+enough batches at or before ``at`` are in (a past instant may read more; a poke at now never does).
+
 Public API
 ----------
+``read_recent(location, thresholds, at_ms=...)`` (the bounded read),
 ``classify(checkpoint, progress_records, thresholds, at_ms)`` (an already read checkpoint),
 ``classify_at(checkpoint, thresholds, at_ms)`` (the same with the progress log beside it),
 ``evaluate(location, thresholds, at=...)`` (reads, then classifies), ``Classification``,
@@ -77,7 +96,7 @@ from typing import Any, Iterable, Sequence
 
 from watermark_ops.core.checkpoint import Checkpoint, read_checkpoint
 from watermark_ops.core.facts import BatchFacts, batch_facts, inputs_evidence, last_move, progress_by_batch
-from watermark_ops.core.progress import progress_log_path, read_progress_log
+from watermark_ops.core.progress import TAIL_MAX_BYTES, progress_log_path, read_progress_tail
 from watermark_ops.core.thresholds import DEFAULT_THRESHOLDS, Thresholds
 from watermark_ops.core.times import duration_ms as _ms
 from watermark_ops.core.times import duration_words as _words
@@ -89,6 +108,7 @@ __all__ = [
     "JUMPED",
     "LAGGING",
     "POLICY_CONF",
+    "RECENT_BATCHES",
     "STALLED",
     "STATES",
     "BatchFacts",
@@ -98,6 +118,8 @@ __all__ = [
     "classify",
     "classify_at",
     "evaluate",
+    "read_recent",
+    "recent_batches",
 ]
 
 JUMPED, STALLED, LAGGING, IDLE, ADVANCING = "jumped", "stalled", "lagging", "idle", "advancing"
@@ -105,6 +127,9 @@ JUMPED, STALLED, LAGGING, IDLE, ADVANCING = "jumped", "stalled", "lagging", "idl
 STATES = (JUMPED, STALLED, LAGGING, IDLE, ADVANCING)
 #: The offsets ``conf`` key of the multiple-watermark policy (``min`` | ``max``).
 POLICY_CONF = "spark.sql.streaming.multipleWatermarkPolicy"
+#: The newest batches the bounded read holds at least (:func:`recent_batches`): Spark's own
+#: ``spark.sql.streaming.minBatchesToRetain`` default, so a real checkpoint is usually read whole.
+RECENT_BATCHES = 100
 
 
 class StallInputError(ValueError):
@@ -158,6 +183,12 @@ class Classification:
         "last_advanced_batch", "last_advanced_ms"}``.
     :ivar policy: the frozen ``spark.sql.streaming.multipleWatermarkPolicy`` (None if not recorded).
     :ivar problems: files that could not be read (each names its file) and bad progress-log lines.
+    :ivar history: what was read (:func:`read_recent` reads only the newest batches):
+        ``{"complete": bool (every batch file listed was read), "batches_read": int,
+        "unread_batches": int (older batch ids listed, not read), "first_batch_id": int | None
+        (the oldest batch read), "first_batch_ms": int | None (its batchTimestampMs, epoch ms
+        UTC), "first_batch_time": ISO-8601 | None, "scope": str (the words the reasons use, e.g.
+        "in the retained logs" or "in the 100 newest batches read (...)")}``.
     """
 
     location: str
@@ -182,6 +213,7 @@ class Classification:
     inputs: tuple[dict[str, Any], ...] = ()
     policy: str | None = None
     problems: tuple[str, ...] = field(default=())
+    history: dict[str, Any] | None = None
 
     @property
     def healthy(self) -> bool:
@@ -217,6 +249,7 @@ class Classification:
             "policy": self.policy,
             "thresholds": self.thresholds.to_dict(),
             "problems": list(self.problems),
+            "history": self.history,
         }
 
     def summary(self) -> str:
@@ -283,8 +316,11 @@ def _check_readable(checkpoint: Checkpoint) -> None:
         )
 
 
-def _jumped(facts: Sequence[BatchFacts], watermark: int, skew: int, t: Thresholds) -> tuple[str, dict[str, Any] | None]:
-    """The ``jumped`` reason and the batch whose watermark first ran ahead of its time by more than ``max_skew``."""
+def _jumped(facts: Sequence[BatchFacts], watermark: int, skew: int, t: Thresholds,
+            complete: bool = True) -> tuple[str, dict[str, Any] | None]:
+    """The ``jumped`` reason and the batch whose watermark first ran ahead of its time by more than
+    ``max_skew`` (the first among those read: when that is the oldest batch read and older ones were
+    not read, the jump may be earlier, and the reason says so)."""
     jump = None
     for b in facts:
         end = b.end_watermark_ms
@@ -292,6 +328,9 @@ def _jumped(facts: Sequence[BatchFacts], watermark: int, skew: int, t: Threshold
             jump = {"batch_id": b.batch_id, "timestamp_ms": b.timestamp_ms, "from_ms": b.watermark_ms, "to_ms": end}
             break
     where = f" since batch {jump['batch_id']} (from {iso_utc(jump['from_ms'])})" if jump else ""
+    if jump and not complete and jump["batch_id"] == facts[0].batch_id:
+        where = (f" since batch {jump['batch_id']} or earlier (the oldest batch read; older batches were not read, "
+                 f"from {iso_utc(jump['from_ms'])})")
     reason = (
         f"jumped: the watermark {iso_utc(watermark)} is {_words(skew)} ahead of the latest batch time "
         f"{iso_utc(facts[-1].timestamp_ms)} (max skew {_words(_ms(t.max_skew))}){where}: a future-dated record; "
@@ -300,7 +339,8 @@ def _jumped(facts: Sequence[BatchFacts], watermark: int, skew: int, t: Threshold
     return reason, jump
 
 
-def _stalled(flat: Sequence[BatchFacts], move: dict[str, Any] | None, watermark: int, t: Thresholds) -> str | None:
+def _stalled(flat: Sequence[BatchFacts], move: dict[str, Any] | None, watermark: int, t: Thresholds,
+             scope: str = "in the retained logs") -> str | None:
     """The ``stalled`` reason when enough data batches (or a long enough span) passed without a move, else None."""
     span = flat[-1].timestamp_ms - flat[0].timestamp_ms if len(flat) >= 2 else 0
     by_count = len(flat) >= t.stall_batches
@@ -308,7 +348,7 @@ def _stalled(flat: Sequence[BatchFacts], move: dict[str, Any] | None, watermark:
     if not (by_count or by_window):
         return None
     since = (f"since batch {move['batch_id']} ({iso_utc(move['timestamp_ms'])})" if move
-             else "in the retained logs")
+             else scope)
     rule = (f"{len(flat)} >= {t.stall_batches} data batches" if by_count
             else f"data batches over {_words(span)} >= stall window {_words(_ms(t.stall_window))}")
     return (f"stalled: input arrived in {len(flat)} data batches ({flat[0].batch_id}..{flat[-1].batch_id}) but the "
@@ -316,10 +356,10 @@ def _stalled(flat: Sequence[BatchFacts], move: dict[str, Any] | None, watermark:
 
 
 def _idle(facts: Sequence[BatchFacts], latest_data: BatchFacts | None, idle: int, idle_too_long: bool,
-          empty_triggers: Sequence[dict[str, Any]], t: Thresholds) -> str:
+          empty_triggers: Sequence[dict[str, Any]], t: Thresholds, scope: str = "in the retained logs") -> str:
     """The ``idle`` reason: since when no input arrived, against ``max_idle``, and the empty triggers since."""
     last = (f"the latest data batch {latest_data.batch_id} at {iso_utc(latest_data.timestamp_ms)}" if latest_data
-            else f"no data batch in the retained logs (first batch {facts[0].batch_id} at {iso_utc(facts[0].timestamp_ms)})")
+            else f"no data batch {scope} (first batch {facts[0].batch_id} at {iso_utc(facts[0].timestamp_ms)})")
     limit = (f"longer than max idle {_words(_ms(t.max_idle))}" if idle_too_long
              else f"max idle {_words(_ms(t.max_idle))}" if t.max_idle is not None else "max idle disabled")
     empty = [r for r in empty_triggers if latest_data is None or (r.get("timestamp_ms") or 0) > latest_data.timestamp_ms]
@@ -336,6 +376,26 @@ def _advancing(move: dict[str, Any] | None, flat: Sequence[BatchFacts], idle: in
         why = (f"the watermark has not moved over {len(flat)} data batch(es), fewer than the "
                f"{t.stall_batches} (or the {_words(_ms(t.stall_window))} window) needed to call a stall")
     return f"advancing: input arrived {_words(idle)} before the evaluation instant and {why}"
+
+
+def _history(checkpoint: Checkpoint, facts: Sequence[BatchFacts]) -> dict[str, Any]:
+    """What was read, for :attr:`Classification.history` (and the words the reasons use)."""
+    first = facts[0] if facts else None
+    read = len(checkpoint.batches)
+    if checkpoint.complete:
+        scope = "in the retained logs"
+    else:
+        since = f", since batch {first.batch_id} at {iso_utc(first.timestamp_ms)}" if first else ""
+        scope = (f"in the {read} newest batches read ({checkpoint.unread_batches} older batches not read{since})")
+    return {
+        "complete": checkpoint.complete,
+        "batches_read": read,
+        "unread_batches": checkpoint.unread_batches,
+        "first_batch_id": first.batch_id if first else None,
+        "first_batch_ms": first.timestamp_ms if first else None,
+        "first_batch_time": iso_utc(first.timestamp_ms) if first else None,
+        "scope": scope,
+    }
 
 
 def classify(checkpoint: Checkpoint, progress_records: Iterable[dict[str, Any]] = (),
@@ -358,8 +418,10 @@ def classify(checkpoint: Checkpoint, progress_records: Iterable[dict[str, Any]] 
     _check_readable(checkpoint)
     by_batch, empty_triggers = progress_by_batch(progress_records, checkpoint.query_id, at_ms)
     facts = batch_facts(checkpoint, by_batch, at_ms)
+    history = _history(checkpoint, facts)
+    scope = history["scope"]
     base = dict(location=checkpoint.location, evaluated_at_ms=at_ms, thresholds=thresholds,
-                query_id=checkpoint.query_id, problems=tuple(problems))
+                query_id=checkpoint.query_id, problems=tuple(problems), history=history)
     if not facts:
         reason = (f"no batch at or before {iso_utc(at_ms)}" if checkpoint.batches
                   else "the checkpoint has no batch yet")
@@ -386,9 +448,9 @@ def classify(checkpoint: Checkpoint, progress_records: Iterable[dict[str, Any]] 
 
     if t.max_skew is not None and skew > _ms(t.max_skew):
         applies.append(JUMPED)
-        reason, jump = _jumped(facts, watermark, skew, t)
+        reason, jump = _jumped(facts, watermark, skew, t, checkpoint.complete)
         reasons.append(reason)
-    stalled = _stalled(flat, move, watermark, t)
+    stalled = _stalled(flat, move, watermark, t, scope)
     if stalled:
         applies.append(STALLED)
         reasons.append(stalled)
@@ -402,7 +464,7 @@ def classify(checkpoint: Checkpoint, progress_records: Iterable[dict[str, Any]] 
     idle_too_long = t.max_idle is not None and idle > _ms(t.max_idle)
     if latest_data is None or idle > _ms(t.idle_after):
         applies.append(IDLE)
-        reasons.append(_idle(facts, latest_data, idle, idle_too_long, empty_triggers, t))
+        reasons.append(_idle(facts, latest_data, idle, idle_too_long, empty_triggers, t, scope))
     if not applies:
         reasons.append(_advancing(move, flat, idle, t))
     if watermark == 0:
@@ -420,10 +482,12 @@ def classify(checkpoint: Checkpoint, progress_records: Iterable[dict[str, Any]] 
 
 def classify_at(checkpoint: Checkpoint, thresholds: Thresholds = DEFAULT_THRESHOLDS, at_ms: int | None = None,
                 progress_log: str | None = None) -> Classification:
-    """:func:`classify` with the job's progress log read first.
+    """:func:`classify` with the job's progress log read first: only its end, the records of the
+    batches the checkpoint holds (:func:`watermark_ops.core.progress.read_progress_tail`, from
+    the oldest batch read; at most :data:`watermark_ops.core.progress.TAIL_MAX_BYTES`).
 
-    A missing log is no problem; a log that cannot be read, and its bad lines, are carried into
-    ``problems``.
+    A missing log is no problem; a log that cannot be read, its bad lines, and a tail cut at the
+    byte limit are carried into ``problems``.
 
     :param at_ms: the evaluation instant, epoch ms UTC; default now, taken *after* reading, so
         that every batch the read saw counts (a batch whose time is after the start of a slow read
@@ -435,17 +499,58 @@ def classify_at(checkpoint: Checkpoint, thresholds: Thresholds = DEFAULT_THRESHO
     path = progress_log or progress_log_path(checkpoint.location)
     records: list[dict[str, Any]] = []
     extra: list[str] = []
-    try:
-        log = read_progress_log(path)
-        records, extra = log.records, list(log.problems)
-    except OSError as exc:
-        extra.append(f"progress log {path} cannot be read: {exc!r}")
+    if checkpoint.batches:  # without a batch the progress log adds nothing
+        try:
+            log = read_progress_tail(path, checkpoint.batches[0].batch_id, query_id=checkpoint.query_id)
+            records, extra = log.records, list(log.problems)
+            if not log.complete:
+                extra.append(f"progress log {path}: read from byte {log.start_offset} on only (the last "
+                             f"{TAIL_MAX_BYTES} bytes): records of the oldest batches read may be missing")
+        except OSError as exc:
+            extra.append(f"progress log {path} cannot be read: {exc!r}")
     return classify(checkpoint, records, thresholds, now_ms() if at_ms is None else at_ms, extra)
+
+
+def recent_batches(thresholds: Thresholds = DEFAULT_THRESHOLDS) -> int:
+    """How many of the newest batches :func:`read_recent` reads: :data:`RECENT_BATCHES`, or
+    ``2 * stall_batches + 2`` when larger (a stall is counted in data batches, and an
+    ``availableNow`` run adds a no-data batch after each data batch)."""
+    return max(RECENT_BATCHES, 2 * thresholds.stall_batches + 2)
+
+
+def read_recent(location: Any, thresholds: Thresholds = DEFAULT_THRESHOLDS, *, at_ms: int | None = None,
+                storage_options: dict[str, Any] | None = None, newest: int | None = None) -> Checkpoint:
+    """The bounded read every poke uses (``status``, :func:`evaluate`, the sensors and trigger).
+
+    ``read_checkpoint(location, newest=recent_batches(thresholds))``: three listings,
+    ``metadata`` and at most ``2 * newest`` batch files, whatever the history. When ``at_ms`` is
+    given and fewer than ``newest`` of the batches read are at or before it (an instant in the
+    past), the read is widened until they are, or everything is read: classifying at a past
+    instant gives what a read of the whole checkpoint gives for the batches before it.
+
+    :param location: see :func:`watermark_ops.core.checkpoint.read_checkpoint`.
+    :param at_ms: the evaluation instant (epoch ms UTC), None for now (never widened).
+    :param newest: the number of newest batches to read (default :func:`recent_batches`).
+    :return: a :class:`~watermark_ops.core.checkpoint.Checkpoint` (``complete``, ``unread_batches``
+        tell what was left unread).
+    :raises ValueError: ``newest`` below 1.
+    """
+    wanted = recent_batches(thresholds) if newest is None else newest
+    checkpoint = read_checkpoint(location, storage_options=storage_options, newest=wanted)
+    while at_ms is not None and not checkpoint.complete:
+        before = sum(1 for b in checkpoint.batches if b.timestamp_ms is not None and b.timestamp_ms <= at_ms)
+        if before >= wanted:
+            break
+        checkpoint = read_checkpoint(location, storage_options=storage_options,
+                                     newest=len(checkpoint.batches) - before + wanted)
+    return checkpoint
 
 
 def evaluate(location: Any, thresholds: Thresholds = DEFAULT_THRESHOLDS, *, at: Any = None,
              storage_options: dict[str, Any] | None = None, with_progress_log: bool = True) -> Classification:
-    """Read a checkpoint (and its progress log) and classify its watermark at ``at``.
+    """Read the newest batches of a checkpoint (and the end of its progress log) and classify its
+    watermark at ``at``: :func:`read_recent`, then :func:`classify_at` (see "What is read" in the
+    module docstring; ``history`` in the result tells what was left unread).
 
     :param location: checkpoint folder: local path, fsspec URL (``s3://``, ``memory://``, ...).
     :param thresholds: :class:`Thresholds`.
@@ -458,7 +563,7 @@ def evaluate(location: Any, thresholds: Thresholds = DEFAULT_THRESHOLDS, *, at: 
     :raises ValueError: for a bad ``at``.
     """
     at_ms = None if at is None else instant_ms(at)
-    checkpoint = read_checkpoint(location, storage_options=storage_options)
+    checkpoint = read_recent(location, thresholds, at_ms=at_ms, storage_options=storage_options)
     if with_progress_log and isinstance(location, str):
         return classify_at(checkpoint, thresholds, at_ms, progress_log_path(location))
     return classify(checkpoint, (), thresholds, now_ms() if at_ms is None else at_ms)

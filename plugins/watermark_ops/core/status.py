@@ -29,11 +29,16 @@ class CheckpointStatus:
     :ivar location: the checkpoint location as the reader shows it.
     :ivar query_id: the query id (``metadata``), None when unreadable or missing.
     :ivar head_batch_id: the latest batch id with an offsets file, None without batches.
-    :ivar lowest_batch_id: the lowest batch id with an offsets file (above 0 after purging).
+    :ivar lowest_batch_id: the lowest batch id with an offsets file (above 0 after purging), as
+        listed: also right after a bounded read (``read_checkpoint(newest=N)``) that did not read it.
     :ivar watermark_ms: the watermark the next batch starts from (epoch ms UTC), None if unknown.
     :ivar in_flight_batch: the head batch when it has no commit, else None.
     :ivar latest_batch_timestamp_ms: the head batch's ``batchTimestampMs`` (epoch ms UTC).
-    :ivar problems: the reader's problems, each naming its file.
+    :ivar problems: the reader's problems, each naming its file (of the files read: a bounded
+        read does not see the older ones).
+    :ivar batches_read: the batch ids whose files were read.
+    :ivar unread_batches: older batch ids listed but not read (a bounded read,
+        :func:`watermark_ops.core.stall.read_recent`); 0 when every file was read.
     """
 
     location: str
@@ -44,21 +49,27 @@ class CheckpointStatus:
     in_flight_batch: int | None
     latest_batch_timestamp_ms: int | None
     problems: tuple[ReadProblem, ...] = ()
+    batches_read: int = 0
+    unread_batches: int = 0
 
     @classmethod
     def of(cls, checkpoint: Checkpoint) -> CheckpointStatus:
         """The status of a checkpoint read by :func:`watermark_ops.core.checkpoint.read_checkpoint`."""
         head = checkpoint.batch(checkpoint.head_batch_id) if checkpoint.head_batch_id is not None else None
-        with_offsets = [b.batch_id for b in checkpoint.batches if b.offsets_file is not None]
+        lowest = checkpoint.lowest_offsets_batch_id
+        if lowest is None:  # a Checkpoint built by hand, not by the reader
+            lowest = min((b.batch_id for b in checkpoint.batches if b.offsets_file is not None), default=None)
         return cls(
             location=checkpoint.location,
             query_id=checkpoint.query_id,
             head_batch_id=checkpoint.head_batch_id,
-            lowest_batch_id=min(with_offsets) if with_offsets else None,
+            lowest_batch_id=lowest,
             watermark_ms=checkpoint.next_watermark_ms,
             in_flight_batch=checkpoint.in_flight_batch_id,
             latest_batch_timestamp_ms=head.timestamp_ms if head is not None else None,
             problems=checkpoint.problems,
+            batches_read=len(checkpoint.batches),
+            unread_batches=checkpoint.unread_batches,
         )
 
     @property
@@ -74,7 +85,7 @@ class CheckpointStatus:
 
             {"location", "query_id", "head_batch_id", "lowest_batch_id", "watermark_ms", "watermark",
              "in_flight_batch", "latest_batch_timestamp_ms", "latest_batch_time",
-             "problems": [{"kind", "file", "message", "batch_id"}]}
+             "problems": [{"kind", "file", "message", "batch_id"}], "batches_read", "unread_batches"}
         """
         return {
             "location": self.location,
@@ -87,4 +98,6 @@ class CheckpointStatus:
             "latest_batch_timestamp_ms": self.latest_batch_timestamp_ms,
             "latest_batch_time": iso_utc(self.latest_batch_timestamp_ms),
             "problems": [p.to_dict() for p in self.problems],
+            "batches_read": self.batches_read,
+            "unread_batches": self.unread_batches,
         }

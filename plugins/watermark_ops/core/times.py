@@ -5,15 +5,15 @@ Spark stores every instant of a checkpoint as epoch milliseconds UTC (``batchWat
 converts only here: to ISO-8601 text for people and JSON, from ISO-8601 text, datetimes and
 durations given by people (CLI flags, DAG arguments, templated fields).
 
-Pure core: standard library and pendulum only.
+Pure core: standard library and pendulum only. pendulum is imported by the functions that parse
+or word durations and instants, not with the module: ``watermark-ops audit`` never needs it.
 """
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timedelta, timezone
 from typing import Any
-
-import pendulum
 
 __all__ = ["duration", "duration_ms", "duration_words", "instant_ms", "iso_utc", "now_ms"]
 
@@ -42,7 +42,7 @@ def iso_utc(ms: int | None) -> str | None:
 
 def now_ms() -> int:
     """The current instant, epoch milliseconds UTC."""
-    return int(pendulum.now("UTC").timestamp() * 1000)
+    return time.time_ns() // 1_000_000
 
 
 def duration(value: Any, name: str = "duration") -> timedelta | None:
@@ -68,6 +68,8 @@ def duration(value: Any, name: str = "duration") -> timedelta | None:
         try:
             result = timedelta(seconds=float(text))
         except ValueError:
+            import pendulum
+
             try:
                 parsed = pendulum.parse(text)
             except Exception:
@@ -105,6 +107,8 @@ def instant_ms(value: Any) -> int:
             raise ValueError(f"naive datetime {value!r}: give a time zone (the instant would be ambiguous)")
         return int(round(value.timestamp() * 1000))
     if isinstance(value, str):
+        import pendulum
+
         try:
             parsed = pendulum.parse(value.strip())
         except Exception as exc:
@@ -123,6 +127,8 @@ def duration_words(ms: int | None) -> str:
         return "unknown"
     if abs(ms) < 1000:
         return f"{ms} ms"
+    import pendulum
+
     try:
         text = pendulum.duration(milliseconds=abs(ms)).in_words()
     except (OverflowError, ValueError):
