@@ -342,7 +342,8 @@ def owed_trailing_batch(checkpoint: str) -> int | None:
     Owed: ``commits/N`` of the head batch N exists and its ``nextBatchWatermarkMs`` is above the
     ``batchWatermarkMs`` N ran with (``CommitLog.scala``, ``OffsetSeq.scala``): the watermark moved
     and the windows it closes have not been emitted. Under availableNow Spark runs that batch right
-    after N, so it is owed only when the driver died between the two (or after a ``once`` run).
+    after N, so it is owed only when the driver died between the two. A batch the progress log
+    records as run by Trigger.Once owes nothing: ``once`` emits its windows one run later by design.
     Spark does not run it on a restart without new input (``MicroBatchExecution`` decides on the
     *previous execution* of this process, which a restarted driver lacks).
 
@@ -361,9 +362,31 @@ def owed_trailing_batch(checkpoint: str) -> int | None:
     except (IndexError, ValueError, AttributeError):
         return None  # not ours to judge: Spark reports a corrupt commit when it restarts
     current = metadata.get("batchWatermarkMs")
-    if isinstance(next_watermark, int) and isinstance(current, int) and next_watermark > current:
-        return batch_id
-    return None
+    if not (isinstance(next_watermark, int) and isinstance(current, int) and next_watermark > current):
+        return None
+    if _run_by_once_trigger(checkpoint, batch_id):
+        return None  # Trigger.Once never runs it: its windows appear one run later, by design
+    return batch_id
+
+
+def _run_by_once_trigger(checkpoint: str, batch_id: int) -> bool:
+    """True when the progress log records ``batch_id`` as run by Trigger.Once (the newest record wins)."""
+    import fsspec
+
+    fs, path = fsspec.core.url_to_fs(progress_log_path(checkpoint))
+    if not fs.exists(path):
+        return False
+    trigger = None
+    for line in fs.cat_file(path).decode("utf-8", errors="replace").splitlines():
+        if str(batch_id) not in line:  # cheap filter before parsing
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get("batch_id") == batch_id:
+            trigger = record.get("spark_trigger")
+    return trigger == "once"
 
 
 def land_tick(landing: str, checkpoint: str, batch_id: int) -> str:

@@ -40,5 +40,12 @@ def test_a_trailing_batch_is_owed_only_after_a_commit_that_moved_the_watermark(t
     assert owed_trailing_batch(str(root)) is None
     _batch(root, 2, 5000, None)  # in flight: Spark re-runs it, its trailing batch follows
     assert owed_trailing_batch(str(root)) is None
+    # Trigger.Once never runs the trailing batch: nothing is owed after a batch it ran.
+    (tmp_path / "cp.progress.jsonl").write_text('{"batch_id": 0, "spark_trigger": "availableNow"}\n'
+                                                '{"batch_id": 3, "spark_trigger": "once"}\n')
+    _batch(root, 3, 5000, 9000)
+    assert owed_trailing_batch(str(root)) is None
+    _batch(root, 4, 9000, 12000)  # no record: its driver died before the progress listener wrote one
+    assert owed_trailing_batch(str(root)) == 4
     tick = land_tick(str(tmp_path / "landing"), str(root) + "/", 0)
     assert tick.endswith("/landing/watermark-ops-tick-cp-0.jsonl") and (tmp_path / "landing" / tick.rsplit("/", 1)[1]).read_bytes() == b""
