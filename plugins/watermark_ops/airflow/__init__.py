@@ -10,14 +10,31 @@ Each holds its parameters (templated where a DAG needs it), delegates the work t
     notifiers   WatermarkWebhookNotifier: a JSON alert to a webhook connection
     memory      AssetStateStoreMemory: the audit's memory in Airflow's asset state store
 
-Importing this package imports Airflow (``airflow.sdk``); the core does not.
+Importing a module of this package imports Airflow (``airflow.sdk``); the core does not. The
+package itself imports its modules on first use of a name.
 """
 
-from watermark_ops.airflow.memory import AssetStateStoreMemory
-from watermark_ops.airflow.notifiers import WatermarkWebhookNotifier
-from watermark_ops.airflow.operators import AUDIT_MEMORY_ASSET, WatermarkAuditOperator
-from watermark_ops.airflow.sensors import WatermarkAlarm, WatermarkReachedSensor, WatermarkStallSensor
-from watermark_ops.airflow.triggers import WatermarkTrigger
+import importlib
+
+# Where each public name lives: imported on first use (PEP 562), so that a DAG file importing one
+# operator does not pay for the others (DAG files must stay cheap to parse).
+_HOMES = {
+    "AUDIT_MEMORY_ASSET": "operators",
+    "AssetStateStoreMemory": "memory",
+    "WatermarkAlarm": "sensors",
+    "WatermarkAuditOperator": "operators",
+    "WatermarkReachedSensor": "sensors",
+    "WatermarkStallSensor": "sensors",
+    "WatermarkTrigger": "triggers",
+    "WatermarkWebhookNotifier": "notifiers",
+}
+
+
+def __getattr__(name: str):
+    if name in _HOMES:
+        return getattr(importlib.import_module(f"watermark_ops.airflow.{_HOMES[name]}"), name)
+    raise AttributeError(f"module 'watermark_ops.airflow' has no attribute {name!r}")
+
 
 __all__ = [
     "AUDIT_MEMORY_ASSET",

@@ -34,7 +34,6 @@ from airflow.sdk.exceptions import (
     AirflowSkipException,
 )
 
-from watermark_ops.airflow.triggers import WatermarkTrigger
 from watermark_ops.core.checks import Check, check
 from watermark_ops.core.stall import StallInputError
 from watermark_ops.core.thresholds import DEFAULT_THRESHOLDS, Thresholds
@@ -156,6 +155,9 @@ class _WatermarkSensor(BaseSensorOperator):
         if self.timeout <= 0:
             raise self._waited_too_long(context)
         timeout = timedelta(seconds=self.timeout)
+        # Imported here: only a deferral needs it, and DAG files that import the sensors stay cheap to parse.
+        from watermark_ops.airflow.triggers import WatermarkTrigger
+
         self.defer(
             trigger=WatermarkTrigger(
                 checkpoint=self.checkpoint, goal=self.goal, thresholds=self.thresholds.to_dict(),
