@@ -162,3 +162,17 @@ def test_unknown_destination_is_a_clear_error():
            "origin": "JFK", "carrier": "AA", "flight": "1", "tailnum": "N1"}
     with pytest.raises(lander.LanderError, match="row 7"):
         lander.flight_event(row, 7, {"JFK": NY})
+
+
+def test_land_intervals_writes_the_files_land_interval_writes(tmp_path):
+    """One pass over the data set for many days (the benchmarks' year): byte for byte the daily files."""
+    start = pendulum.datetime(2013, 3, 9, tz=NY)  # across the spring DST change: a 23-hour day
+    days = [start.add(days=i) for i in range(4)]
+    together = lander.land_intervals(days, str(tmp_path / "together"))
+    one_by_one = [lander.land_interval(a, b, str(tmp_path / "one")) for a, b in zip(days, days[1:])]
+    assert [s["records"] for s in together] == [s["records"] for s in one_by_one] and all(s["records"] for s in together)
+    for a, b in zip(together, one_by_one):
+        assert {**a, "path": None} == {**b, "path": None}
+        assert open(a["path"], "rb").read() == open(b["path"], "rb").read()
+    with pytest.raises(lander.LanderError, match="increasing"):
+        lander.land_intervals([start], str(tmp_path))
