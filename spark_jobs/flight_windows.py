@@ -12,10 +12,12 @@ Two streaming queries, each with its own checkpoint, both started by one run:
   written once, when the watermark passes its end; rows whose window had already closed are
   dropped by Spark and counted as ``rows_dropped_by_watermark`` in the progress log.
 * ``flight_windows_quarantine``: bad records (``flight_inputs.quarantined``), kept aside in a
-  Parquet sink with a ``reason``: ``malformed_record`` (line is not a JSON object of the schema),
-  ``null_event_time`` (a cancelled flight), ``unparseable_event_time``, ``future_event_time`` (with
-  ``--max-event-time-ahead``: a future-dated record that would jump the watermark), ``no_arrival``
-  (a diverted flight). Nothing is dropped silently: good rows + quarantined rows = input rows.
+  Parquet sink with a ``reason``: ``invalid_encoding`` (line is not valid UTF-8),
+  ``malformed_record`` (line is not a JSON object of the schema, wrong types included),
+  ``null_event_time`` (a cancelled flight), ``unparseable_event_time`` (not ISO-8601 with a zone),
+  ``future_event_time`` (with ``--max-event-time-ahead``: a future-dated record that would jump the
+  watermark), ``no_arrival`` (a diverted flight), and the file it came from (``source_file``).
+  Nothing is dropped silently: good rows + quarantined rows = input rows.
 
 Each run is a restart of both queries from their checkpoints with ``Trigger.AvailableNow``
 (default) or the deprecated ``Trigger.Once``. With ``once`` the run is exactly one micro-batch and
