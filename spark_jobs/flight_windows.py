@@ -54,7 +54,13 @@ DEFAULT_DELAY_THRESHOLD = "2 hours"
 
 @dataclass
 class JobConfig:
-    """Where the job reads and writes, and how. Locations are local paths or Hadoop URIs."""
+    """Where the job reads and writes, and how. Locations are local paths or Hadoop URIs.
+
+    ``max_event_time_ahead``: a Spark interval (``"1 hour"``); None or an empty / blank string
+    (what the DAG's default Param renders) turns the future-time check off.
+
+    :raises ValueError: when ``max_event_time_ahead`` is neither empty nor such an interval.
+    """
 
     landing: str
     checkpoint: str
@@ -68,7 +74,7 @@ class JobConfig:
     max_event_time_ahead: str | None = None
 
     def __post_init__(self) -> None:
-        check_interval(self.max_event_time_ahead)
+        self.max_event_time_ahead = check_interval((self.max_event_time_ahead or "").strip() or None)
         self.quarantine_output = self.quarantine_output or self.output.rstrip("/") + "_quarantine"
         self.quarantine_checkpoint = self.quarantine_checkpoint or self.checkpoint.rstrip("/") + "_quarantine"
 
@@ -133,7 +139,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help=f"watermark delay threshold, a Spark interval (default {DEFAULT_DELAY_THRESHOLD!r})")
     parser.add_argument("--max-event-time-ahead", metavar="INTERVAL",
                         help="quarantine rows whose event time is later than the batch's processing time plus this "
-                             "(e.g. '1 hour'), so a future-dated record cannot jump the watermark (default: off)")
+                             "(e.g. '1 hour'), so a future-dated record cannot jump the watermark (default, or an empty "
+                             "string: off)")
     add_run_arguments(parser)
     return parser.parse_args(argv)
 
