@@ -48,6 +48,12 @@ FLIGHT_WINDOWS_COMPLETE = Asset(name="flight_windows_complete", uri="file://" + 
                                description="Spark trigger; once is deprecated and emits windows one run later"),
         "shuffle_partitions": Param(4, type="integer", minimum=1,
                                     description="spark.sql.shuffle.partitions for a new checkpoint (frozen after)"),
+        "max_event_time_ahead": Param(
+            "", type="string",
+            description="Spark interval such as '1 hour'; empty = off. Quarantines (reason future_event_time) "
+                        "rows whose event time is later than the batch's processing time plus this, so one "
+                        "future-dated record cannot move the watermark ahead for good (the jumped state). "
+                        "Leave it off for a replay of past data such as 2013."),
     },
     tags=["watermark-ops", "spark"],
     doc_md=__doc__,
@@ -73,6 +79,8 @@ def flights_pipeline():
             "--delay-threshold", "{{ params.delay_threshold }}",
             "--trigger", "{{ params.spark_trigger }}",
             "--run-tag", "{{ run_id }}",
+            # One token, so that an empty value (off) reaches the job as "" instead of a dangling flag.
+            "--max-event-time-ahead={{ params.max_event_time_ahead }}",
         ],
         conf={
             "spark.sql.shuffle.partitions": "{{ params.shuffle_partitions }}",
@@ -84,7 +92,8 @@ def flights_pipeline():
 
     @task(multiple_outputs=True)
     def collect_progress(run_id=None) -> dict:
-        """This run's micro-batches (batch ids, watermarks, windows emitted, drops) and last watermark."""
+        """This run's micro-batches (batch ids, watermarks, windows emitted, drops), last watermark, and
+        rows kept aside (``quarantined_rows``, ``quarantined_by_reason``)."""
         from watermark_ops.core.progress import run_report
 
         return run_report(LOCATIONS["checkpoint"], run_id)

@@ -12,10 +12,12 @@ Two streaming queries, each with its own checkpoint, both started by one run:
   written once, when the watermark passes its end; rows whose window had already closed are
   dropped by Spark and counted as ``rows_dropped_by_watermark`` in the progress log.
 * ``flight_windows_quarantine``: bad records (``flight_inputs.quarantined``), kept aside in a
-  Parquet sink with a ``reason``: ``malformed_record`` (line is not a JSON object of the schema),
-  ``null_event_time`` (a cancelled flight), ``unparseable_event_time``, ``future_event_time`` (with
-  ``--max-event-time-ahead``: a future-dated record that would jump the watermark), ``no_arrival``
-  (a diverted flight). Nothing is dropped silently: good rows + quarantined rows = input rows.
+  Parquet sink with a ``reason``: ``invalid_encoding`` (line is not valid UTF-8),
+  ``malformed_record`` (line is not a JSON object of the schema, wrong types included),
+  ``null_event_time`` (a cancelled flight), ``unparseable_event_time`` (not ISO-8601 with a zone),
+  ``future_event_time`` (with ``--max-event-time-ahead``: a future-dated record that would jump the
+  watermark), ``no_arrival`` (a diverted flight), and the file it came from (``source_file``).
+  Nothing is dropped silently: good rows + quarantined rows = input rows.
 
 Each run is a restart of both queries from their checkpoints with ``Trigger.AvailableNow``
 (default) or the deprecated ``Trigger.Once``. With ``once`` the run is exactly one micro-batch and
@@ -52,7 +54,13 @@ DEFAULT_DELAY_THRESHOLD = "2 hours"
 
 @dataclass
 class JobConfig:
-    """Where the job reads and writes, and how. Locations are local paths or Hadoop URIs."""
+    """Where the job reads and writes, and how. Locations are local paths or Hadoop URIs.
+
+    ``max_event_time_ahead``: a Spark interval (``"1 hour"``); None or an empty / blank string
+    (what the DAG's default Param renders) turns the future-time check off.
+
+    :raises ValueError: when ``max_event_time_ahead`` is neither empty nor such an interval.
+    """
 
     landing: str
     checkpoint: str
@@ -66,7 +74,7 @@ class JobConfig:
     max_event_time_ahead: str | None = None
 
     def __post_init__(self) -> None:
-        check_interval(self.max_event_time_ahead)
+        self.max_event_time_ahead = check_interval((self.max_event_time_ahead or "").strip() or None)
         self.quarantine_output = self.quarantine_output or self.output.rstrip("/") + "_quarantine"
         self.quarantine_checkpoint = self.quarantine_checkpoint or self.checkpoint.rstrip("/") + "_quarantine"
 
@@ -131,7 +139,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help=f"watermark delay threshold, a Spark interval (default {DEFAULT_DELAY_THRESHOLD!r})")
     parser.add_argument("--max-event-time-ahead", metavar="INTERVAL",
                         help="quarantine rows whose event time is later than the batch's processing time plus this "
-                             "(e.g. '1 hour'), so a future-dated record cannot jump the watermark (default: off)")
+                             "(e.g. '1 hour'), so a future-dated record cannot jump the watermark (default, or an empty "
+                             "string: off)")
     add_run_arguments(parser)
     return parser.parse_args(argv)
 

@@ -78,6 +78,29 @@ def test_pipeline_shape():
     spark = dag.get_task("flight_windows")
     assert spark.retries == 2 and spark.execution_timeout.total_seconds() == 1800
     assert "{{ run_id }}" in spark.application_args
+    # The future-time option: a string Param, off (empty) by default, passed through to the job.
+    param = dag.params.get_param("max_event_time_ahead")
+    assert param.value == "" and param.schema["type"] == "string" and "watermark" in param.description
+    assert "--max-event-time-ahead={{ params.max_event_time_ahead }}" in spark.application_args
+
+
+def test_future_time_option_renders_and_an_empty_value_is_off():
+    """The rendered argument reaches the job's parser; the default (empty) turns the check off."""
+    from airflow.dag_processing.dagbag import DagBag
+    from jinja2 import Environment, StrictUndefined
+
+    import flight_windows as fw
+
+    dag = DagBag(dag_folder=str(DAGS / "flights_pipeline.py")).dags["flights_pipeline"]
+    (template,) = [a for a in dag.get_task("flight_windows").application_args if a.startswith("--max-event-time-ahead")]
+    for value, expected in (("", None), ("  ", None), ("1 hour", "1 hour")):
+        rendered = Environment(undefined=StrictUndefined).from_string(template).render(
+            params={**dag.params.dump(), "max_event_time_ahead": value})
+        args = fw.parse_args(["--landing", "l", "--checkpoint", "c", "--output", "o", rendered])
+        config = fw.JobConfig(landing="l", checkpoint="c", output="o", max_event_time_ahead=args.max_event_time_ahead)
+        assert config.max_event_time_ahead == expected
+    with pytest.raises(ValueError, match="expected an interval"):
+        fw.JobConfig(landing="l", checkpoint="c", output="o", max_event_time_ahead="soon")
     # Daily America/New_York intervals: the spring-forward day lasts 23 hours.
     from airflow.serialization.encoders import coerce_to_core_timetable
 
@@ -108,6 +131,9 @@ def test_one_dag_run_end_to_end(airflow_db):
     assert landed["start"] == "2013-01-01T05:00:00Z" and landed["records"] == 761
     assert xcoms[("collect_progress", "batch_ids")] == [0, 1]  # data batch + trailing no-data batch
     assert xcoms[("collect_progress", "quarantined_rows")] == 4  # the day's cancelled flights
+    by_reason = xcoms[("collect_progress", "quarantined_by_reason")]
+    assert by_reason["null_event_time"] == 4 and sum(by_reason.values()) == 4
+    assert by_reason["future_event_time"] == 0  # the default (empty) Param reached the job as "off"
     checkpoint = Path(job_locations("flight_windows")["checkpoint"])
     offsets_1 = json.loads((checkpoint / "offsets" / "1").read_text().splitlines()[1])
     assert xcoms[("collect_progress", "last_watermark_ms")] == offsets_1["batchWatermarkMs"] > 0

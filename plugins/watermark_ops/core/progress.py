@@ -188,11 +188,17 @@ def summarize_run(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
     Records of triggers that ran no batch (``executed`` false) are left out of ``batches``.
 
     :return: ``{"batches": [{"batch_id", "watermark_ms", "timestamp_ms", "input_rows",
-        "windows_emitted", "rows_dropped_by_watermark"}], "batch_ids": [int],
+        "windows_emitted", "rows_dropped_by_watermark", "quarantined_rows"}], "batch_ids": [int],
         "input_rows": int, "windows_emitted": int, "rows_dropped_by_watermark": int,
+        "quarantined_rows": int, "quarantined_by_reason": {reason: int},
         "last_watermark_ms": int | None}``. ``last_watermark_ms`` is the watermark the run's last
-        batch ran with (epoch ms UTC), None when the run executed no batch.
+        batch ran with (epoch ms UTC), None when the run executed no batch. ``quarantined_rows`` and
+        ``quarantined_by_reason`` are rows (summed over the batches) from the ``quarantine``
+        observed metrics (``rows`` and one count per reason, see ``flight_inputs.quarantined``):
+        every reason any batch reported, zeros included, in the order first seen; ``{}`` when no
+        batch carried them (the main query's log).
     """
+    executed = [r for r in sorted(records, key=lambda r: r["batch_id"]) if r.get("executed", True)]
     batches = [
         {
             "batch_id": r["batch_id"],
@@ -203,9 +209,13 @@ def summarize_run(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
             "rows_dropped_by_watermark": int(r.get("rows_dropped_by_watermark") or 0),
             "quarantined_rows": int(((r.get("observed_metrics") or {}).get("quarantine") or {}).get("rows") or 0),
         }
-        for r in sorted(records, key=lambda r: r["batch_id"])
-        if r.get("executed", True)
+        for r in executed
     ]
+    by_reason: dict[str, int] = {}
+    for r in executed:
+        for reason, rows in (((r.get("observed_metrics") or {}).get("quarantine") or {}).items()):
+            if reason != "rows":
+                by_reason[reason] = by_reason.get(reason, 0) + int(rows or 0)
     watermarks = [b["watermark_ms"] for b in batches if b["watermark_ms"] is not None]
     return {
         "batches": batches,
@@ -214,6 +224,7 @@ def summarize_run(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
         "windows_emitted": sum(b["windows_emitted"] for b in batches),
         "rows_dropped_by_watermark": sum(b["rows_dropped_by_watermark"] for b in batches),
         "quarantined_rows": sum(b["quarantined_rows"] for b in batches),
+        "quarantined_by_reason": by_reason,
         "last_watermark_ms": watermarks[-1] if watermarks else None,
     }
 
@@ -229,14 +240,18 @@ def run_report(checkpoint: str, run_tag: str, quarantine_checkpoint: str | None 
     :param checkpoint: the main query's checkpoint; its log is ``<checkpoint>.progress.jsonl``.
     :param run_tag: the ``--run-tag`` the job was given (the DAG's run id).
     :param quarantine_checkpoint: the quarantine query's checkpoint (default ``<checkpoint>_quarantine``).
-    :return: :func:`summarize_run` of the main query's batches, plus ``quarantined_rows`` (from the
-        quarantine query), ``last_watermark`` (ISO-8601 UTC or None) and ``progress_log_problems``
-        (lines of either log that could not be read, each naming file and line).
+    :return: :func:`summarize_run` of the main query's batches, plus ``quarantined_rows`` and
+        ``quarantined_by_reason`` (``{reason: rows}``, e.g. ``{"malformed_record": 3,
+        "null_event_time": 4, ...}``: this run's rows the quarantine query kept aside, summed from its
+        ``observed_metrics["quarantine"]``; zeros included), ``last_watermark`` (ISO-8601 UTC or
+        None) and ``progress_log_problems`` (lines of either log that could not be read, each naming file and line).
     """
     main = read_progress_log(progress_log_path(checkpoint))
     quarantine = read_progress_log(progress_log_path(quarantine_checkpoint or checkpoint.rstrip("/") + "_quarantine"))
     report = summarize_run(records_of_run(main, run_tag))
-    report["quarantined_rows"] = summarize_run(records_of_run(quarantine, run_tag))["quarantined_rows"]
+    kept_aside = summarize_run(records_of_run(quarantine, run_tag))
+    report["quarantined_rows"] = kept_aside["quarantined_rows"]
+    report["quarantined_by_reason"] = kept_aside["quarantined_by_reason"]
     report["last_watermark"] = iso_utc(report["last_watermark_ms"])
     report["progress_log_problems"] = main.problems + quarantine.problems
     return report

@@ -38,3 +38,28 @@ def test_bad_lines_are_named_and_the_rest_is_read(tmp_path):
 def test_the_log_lives_beside_the_checkpoint():
     assert progress_log_path("/data/cp/") == "/data/cp.progress.jsonl"
     assert progress_log_path("s3://bucket/cp") == "s3://bucket/cp.progress.jsonl"
+
+
+def test_quarantined_rows_are_reported_per_reason(tmp_path):
+    """run_report sums the quarantine query's observed metrics per reason, for this run only."""
+    from watermark_ops.core.progress import run_report
+
+    counts = {"rows": 6, "malformed_record": 2, "null_event_time": 4, "future_event_time": 0}
+    (tmp_path / "ck.progress.jsonl").write_text("\n".join([
+        _line(0, "a", input_rows=9, watermark_ms=5000),
+        _line(1, "a", input_rows=0, watermark_ms=5000),
+    ]) + "\n")
+    (tmp_path / "ck_quarantine.progress.jsonl").write_text("\n".join([
+        _line(0, "earlier", input_rows=4, observed_metrics={"quarantine": {**counts, "rows": 9, "malformed_record": 9}}),
+        _line(1, "a", input_rows=9, observed_metrics={"quarantine": counts}),
+        _line(2, "a", input_rows=1, observed_metrics={"quarantine": {**counts, "rows": 1, "malformed_record": 1,
+                                                                      "null_event_time": 0}}),
+        _line(3, "a", input_rows=0, executed=False, observed_metrics={"quarantine": counts}),
+        _line(4, "a", input_rows=0, observed_metrics={}),  # a no-data batch observes nothing
+    ]) + "\n")
+    report = run_report(str(tmp_path / "ck"), "a")
+    assert report["quarantined_by_reason"] == {"malformed_record": 3, "null_event_time": 4, "future_event_time": 0}
+    assert report["quarantined_rows"] == 7 == sum(report["quarantined_by_reason"].values())
+    assert summarize_run([])["quarantined_by_reason"] == {}
+    assert summarize_run(iter(records_of_run(read_progress_log(str(tmp_path / "ck_quarantine.progress.jsonl")), "a"))
+                         )["quarantined_by_reason"]["malformed_record"] == 3  # any iterable, read once
