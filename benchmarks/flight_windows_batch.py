@@ -2,10 +2,10 @@
 
     spark-submit benchmarks/flight_windows_batch.py --landing L --output O
 
-Reads every JSON-lines file of the landing folder once as a batch (``spark.read.json``, the same
-schema and PERMISSIVE mode as the job), writes the same hourly windows per origin (departures,
+Reads every JSON-lines file of the landing folder as a batch (``spark.read.json`` with the job's
+reader and row rules: ``flight_inputs.json_reader`` and ``classify``), writes the same hourly windows per origin (departures,
 mean and max departure delay; no watermark, no state store, no checkpoint) to ``O`` and the bad
-rows (malformed, no event time, unparseable event time, no arrival) with their reason to
+rows with their reason to
 ``O_quarantine``, both as Parquet. Prints ``windows=<n> quarantined=<n>``.
 """
 
@@ -17,7 +17,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "spark_jobs"))
 
-from flight_inputs import EVENT_SCHEMA_DDL  # noqa: E402
+from flight_inputs import EVENT_SCHEMA_DDL, classify, json_reader  # noqa: E402
 from streaming_driver import build_session  # noqa: E402
 
 
@@ -32,18 +32,9 @@ def main(argv: list[str] | None = None) -> int:
     import flight_windows as fw
 
     spark = build_session("flight_windows_batch")
-    events = (
-        spark.read.schema(EVENT_SCHEMA_DDL).option("mode", "PERMISSIVE")
-        .option("columnNameOfCorruptRecord", "_corrupt_record").json(args.landing)
-        .withColumn("event_time", F.expr("try_to_timestamp(dep_time)"))
-    )
-    reason = (
-        F.when(F.col("_corrupt_record").isNotNull(), F.lit("malformed_record"))
-        .when(F.col("dep_time").isNull(), F.lit("null_event_time"))
-        .when(F.col("event_time").isNull(), F.lit("unparseable_event_time"))
-        .when(F.col("arr_time").isNull(), F.lit("no_arrival"))
-    )
-    events = events.withColumn("reason", reason)
+    # The job's own reader and row rules (flight_inputs), applied to a batch read.
+    events = classify(json_reader(spark.read, EVENT_SCHEMA_DDL).json(args.landing), EVENT_SCHEMA_DDL, "dep_time",
+                      {"no_arrival": "arr_time"})
     windows = events.where(F.col("reason").isNull()).groupBy(F.window("event_time", fw.WINDOW_DURATION), "origin").agg(
         F.count(F.lit(1)).alias("departures"), F.avg("dep_delay").alias("mean_dep_delay"),
         F.max("dep_delay").alias("max_dep_delay"),

@@ -94,13 +94,29 @@ def classified_json_stream(spark, landing: str, schema_ddl: str, event_time_fiel
 
     :raises ValueError: when ``max_event_time_ahead`` is not such an interval.
     """
-    from pyspark.sql import functions as F
-
-    reader = spark.readStream.schema(schema_ddl).option("mode", "PERMISSIVE").option(
-        "columnNameOfCorruptRecord", "_corrupt_record").option("allowNonNumericNumbers", "false")
+    reader = spark.readStream
     if max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", max_files_per_trigger)
-    raw = reader.json(landing)
+    raw = json_reader(reader, schema_ddl).json(landing)
+    return classify(raw, schema_ddl, event_time_field, required_fields, max_event_time_ahead)
+
+
+def json_reader(reader, schema_ddl: str):
+    """A ``DataStreamReader`` or ``DataFrameReader`` set up as the jobs read JSON lines: the
+    explicit schema, ``PERMISSIVE`` mode with ``_corrupt_record``, ``allowNonNumericNumbers`` off."""
+    return reader.schema(schema_ddl).option("mode", "PERMISSIVE").option(
+        "columnNameOfCorruptRecord", "_corrupt_record").option("allowNonNumericNumbers", "false")
+
+
+def classify(raw, schema_ddl: str, event_time_field: str, required_fields: dict[str, str] | None = None,
+             max_event_time_ahead: str | None = None):
+    """``raw`` (rows read by :func:`json_reader`, streaming or batch) with ``event_time`` and
+    ``reason`` added by the rules of :func:`classified_json_stream`.
+
+    :raises ValueError: when ``max_event_time_ahead`` is not an interval (:func:`check_interval`).
+    """
+    from pyspark.sql import functions as F
+
     event_time = F.when(F.col(event_time_field).rlike(ISO_DATE_TIME),
                         F.expr(f"try_to_timestamp({event_time_field})"))
     # Every field of the schema is referenced here, on purpose: Spark's JSON reader parses only the

@@ -10,9 +10,11 @@ kill came before or after a batch); after the restart it passes. At the end the 
 quarantine hold exactly what an independent pandas replay of the four days predicts: nothing
 lost, nothing written twice.
 
-``WATERMARK_OPS_CRASH_REPEATS`` (default 1) repeats the whole sequence, each time on a fresh
-checkpoint, and ``WATERMARK_OPS_CRASH_POINTS`` (comma-separated, default all) picks the points; the
-counts of points asked and reached are printed (``-s`` shows them).
+``WATERMARK_OPS_CRASH_POINTS`` (comma-separated, default all) picks the points; the points asked and
+reached are printed (``-s`` shows them). To repeat, run the test again (each pytest session has its
+own metadata DB and runtime folder)::
+
+    for i in 1 2 3 4 5; do .venv/bin/python -m pytest -q -s tests/dags/test_crash_restart.py | grep '→'; done
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pendulum
+import pytest
 
 from tests.dags.crash_points import DriverKiller
 from tests.spark_jobs.flight_expectations import assert_quarantine_equals, assert_sink_equals, expected_windows
@@ -54,18 +57,47 @@ def _tries(run_id: str, task_id: str) -> int:
             TaskInstance.run_id == run_id, TaskInstance.task_id == task_id, TaskInstance.dag_id == "flights_pipeline"))
 
 
-def _one_sequence(spark, home: Path, counts: Counter) -> None:
+def _forget(locations: dict) -> None:
+    """Remove the pipeline's files and the audit's memory of its checkpoint: the session's other
+    pipeline tests start from a new checkpoint (and one metadata DB holds one asset per name, so
+    this test uses the session's runtime folder, not one of its own)."""
+    import shutil
+
+    from airflow.models.asset_state_store import AssetStateStoreModel
+    from airflow.utils.session import create_session
+
+    from watermark_ops.airflow.memory import AssetStateStoreMemory
+
+    checkpoint, output = locations["checkpoint"], locations["output"]
+    for path in (locations["landing"], checkpoint, checkpoint + "_quarantine", output, output + "_quarantine"):
+        shutil.rmtree(path, ignore_errors=True)
+    for suffix in (".progress.jsonl", ".lock", "_quarantine.progress.jsonl", "_quarantine.lock"):
+        Path(checkpoint + suffix).unlink(missing_ok=True)
+    with create_session() as session:
+        session.query(AssetStateStoreModel).filter(
+            AssetStateStoreModel.key == AssetStateStoreMemory(None).key(checkpoint)).delete()
+
+
+@pytest.fixture
+def pipeline(airflow_db):
+    """The flights_pipeline DAG (retries at once) and its job's locations, cleaned before and after."""
     from airflow.dag_processing.dagbag import DagBag
 
     from watermark_ops.examples.flights.settings import job_locations
 
-    os.environ["WATERMARK_OPS_HOME"] = str(home)  # the DAG file reads it at parse time
+    locations = job_locations("flight_windows")
+    _forget(locations)
     dag = DagBag(dag_folder=str(DAGS / "flights_pipeline.py")).dags["flights_pipeline"]
     dag.task_dict["flight_windows"].retry_delay = timedelta(seconds=1)  # restart at once, not in 30 s
     gate = dag.task_dict["windows_complete"]
     gate.poke_interval, gate.timeout = 5.0, 240.0  # a gate that never opens fails the test in minutes, not an hour
-    locations = job_locations("flight_windows")
-    assert locations["checkpoint"].startswith(str(home))
+    yield dag, locations
+    _forget(locations)
+
+
+def test_sigkill_at_each_point_then_restart_through_the_dag(spark, pipeline):
+    dag, locations = pipeline
+    counts: Counter = Counter()
     landed = []
     for day, point in enumerate(PLAN, start=2):
         killer = DriverKiller(locations["checkpoint"], point) if point else None
@@ -96,13 +128,6 @@ def _one_sequence(spark, home: Path, counts: Counter) -> None:
     emitted, _, _, _ = expected_windows(landed)
     assert_sink_equals(spark.read.parquet(locations["output"]).toPandas(), emitted)
     assert_quarantine_equals(spark.read.parquet(locations["output"] + "_quarantine").toPandas(), landed)
-
-
-def test_sigkill_at_each_point_then_restart_through_the_dag(airflow_db, spark, tmp_path, monkeypatch):
-    monkeypatch.setenv("WATERMARK_OPS_HOME", os.environ["WATERMARK_OPS_HOME"])  # restored afterwards
-    counts: Counter = Counter()
-    for repeat in range(int(os.environ.get("WATERMARK_OPS_CRASH_REPEATS", "1"))):
-        _one_sequence(spark, tmp_path / f"runtime-{repeat}", counts)
     print("\ncrash points (asked, reached): count")
     for (asked, reached), count in sorted(counts.items()):
         print(f"  {asked:>15} → {reached:<22} {count}")
