@@ -25,7 +25,7 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	@command -v java >/dev/null || { apt-get update -q && apt-get install -y -q openjdk-17-jre-headless; }
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q "$$(grep '^uv==' requirements.txt)"
-	$(VENV)/bin/uv pip install -q --python $(PY) -r requirements.txt
+	$(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY) -r requirements.txt
 	$(VENV)/bin/uv pip install -q --python $(PY) --no-deps --no-build-isolation -e .
 	@touch $@
 
@@ -35,8 +35,12 @@ run: venv
 test: venv
 	$(PY) -m pytest
 
+# Figures, not asserts (README "Performance"): the audit and a poke vs cat, DAG file imports,
+# availableNow vs batch over January, then all of 2013 per state store (about 15 minutes).
 bench: venv
-	$(PY) benchmarks/flight_windows_benchmark.py
+	$(PY) benchmarks/audit_benchmark.py
+	$(PY) benchmarks/dag_import_benchmark.py
+	$(PY) benchmarks/flight_windows_benchmark.py --year
 
 clean:
 	rm -rf $(WATERMARK_OPS_HOME)

@@ -67,6 +67,33 @@ def _airflow(args: list[str], env: dict[str, str], log_file: Path) -> int:
                               stdout=handle, stderr=subprocess.STDOUT).returncode
 
 
+def time_breakdown(env: dict[str, str], run_tag: str, records: list[dict]) -> dict[str, float] | None:
+    """Where one DAG run's wall time went, in seconds: each task's duration from the metadata DB
+    (``task_instance.start_date``/``end_date``; only for the default SQLite DB under
+    ``$AIRFLOW_HOME``, else None), and inside ``flight_windows`` the time before its first
+    micro-batch started (spark-submit, JVM, session, query start), in the micro-batches
+    (``triggerExecution`` summed) and after them (query stop, exit).
+    """
+    import sqlite3
+
+    db = Path(env["AIRFLOW_HOME"]) / "airflow.db"
+    if "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN" in env or not db.exists():
+        return None
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as connection:
+        rows = connection.execute("SELECT task_id, start_date, end_date FROM task_instance WHERE dag_id = ? AND run_id = ?",
+                                  (DAG_ID, run_tag)).fetchall()
+    spans = {task: (pendulum.parse(a).float_timestamp, pendulum.parse(b).float_timestamp) for task, a, b in rows if a and b}
+    if JOB not in spans:
+        return None
+    seconds = {task: end - start for task, (start, end) in spans.items()}
+    start, end = spans[JOB]
+    batches = [r for r in records if r.get("executed", True) and r.get("timestamp_ms")]
+    in_batches = sum((r.get("duration_ms") or {}).get("triggerExecution", 0) for r in batches) / 1000
+    before = (min(r["timestamp_ms"] for r in batches) / 1000 - start) if batches else end - start
+    return {**seconds, "spark start": before, "micro-batches": in_batches,
+            "spark stop": max(0.0, end - start - before - in_batches)}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run flights_pipeline for consecutive days and report each run.")
     parser.add_argument("days", nargs="*", default=list(DEFAULT_DAYS), help="interval start days, YYYY-MM-DD")
@@ -99,6 +126,10 @@ def main(argv: list[str] | None = None) -> int:
                    "watermark after run (UTC)", "windows emitted", "late dropped*", "seconds"):
         table.add_column(column)
     seen_tags: set[str] = set()
+    timing = Table(title="Where each run's time went (seconds)")
+    for column in ("data interval", "DAG run", "land", "spark start*", "micro-batches", "spark stop",
+                   "collect_progress", "audit_checkpoint", "windows_complete", "Airflow between tasks"):
+        timing.add_column(column)
     for day in args.days:
         start = pendulum.parse(day, tz="America/New_York")
         end = start.add(days=1)
@@ -120,11 +151,21 @@ def main(argv: list[str] | None = None) -> int:
             iso_utc(run["last_watermark_ms"]) or "-", str(run["windows_emitted"]),
             str(run["rows_dropped_by_watermark"]), f"{seconds:.0f}",
         )
+        spent = time_breakdown(env, next(iter(new_tags), ""), [r for r in windows.records if r["run_tag"] in new_tags])
+        if spent:
+            tasks = sum(spent.get(t, 0.0) for t in ("land", JOB, "collect_progress", "audit_checkpoint", "windows_complete"))
+            timing.add_row(start.to_date_string(), f"{seconds:.1f}", *(f"{spent.get(k, 0.0):.1f}" for k in (
+                "land", "spark start", "micro-batches", "spark stop", "collect_progress", "audit_checkpoint",
+                "windows_complete")), f"{seconds - tasks:.1f}")
         if code != 0:
             console.print(table)
             console.print(f"[red]airflow dags test failed (exit {code}); see {log_file}")
             return 1
     console.print(table)
+    if timing.rows:
+        console.print(timing)
+        console.print("* spark-submit, JVM and session start, until the first micro-batch of flight_windows began; "
+                      "'Airflow between tasks' includes `airflow dags test` start-up and DAG parsing.")
     console.print(
         "* Spark's numRowsDroppedByWatermark: counted after partial aggregation, i.e. late "
         "(window, airport, partition) groups rather than single flights.\n"
