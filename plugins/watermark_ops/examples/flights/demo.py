@@ -127,8 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         table.add_column(column)
     seen_tags: set[str] = set()
     timing = Table(title="Where each run's time went (seconds)")
-    for column in ("data interval", "DAG run", "land", "spark start*", "micro-batches", "spark stop",
-                   "collect_progress", "audit_checkpoint", "windows_complete", "Airflow between tasks"):
+    for column in ("interval", "DAG run", "land", "spark start*", "batches", "spark stop",
+                   "progress", "audit", "gate", "Airflow†"):
         timing.add_column(column)
     for day in args.days:
         start = pendulum.parse(day, tz="America/New_York")
@@ -165,7 +165,9 @@ def main(argv: list[str] | None = None) -> int:
     if timing.rows:
         console.print(timing)
         console.print("* spark-submit, JVM and session start, until the first micro-batch of flight_windows began; "
-                      "'Airflow between tasks' includes `airflow dags test` start-up and DAG parsing.")
+                      "batches: its micro-batches; progress, audit, gate: the collect_progress, audit_checkpoint "
+                      "and windows_complete tasks; † between and around tasks: `airflow dags test` start-up, "
+                      "DAG parsing, scheduling.")
     console.print(
         "* Spark's numRowsDroppedByWatermark: counted after partial aggregation, i.e. late "
         "(window, airport, partition) groups rather than single flights.\n"
