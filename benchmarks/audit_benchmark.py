@@ -193,8 +193,8 @@ def main(argv: list[str] | None = None) -> int:
             "audit+json": median_of(args.repeat, lambda: run_audit(str(root)).to_json()),
         }
         if os.environ.get("PYTHONDONTWRITEBYTECODE"):
-            print("note: PYTHONDONTWRITEBYTECODE is set, so every process compiles the modules it imports from "
-                  "source (no .pyc): the whole-process figures include that")
+            print("note: PYTHONDONTWRITEBYTECODE is set: modules without a .pyc are compiled from source in every "
+                  "process (the Makefile installs the venv's packages precompiled; the project's own modules are not)")
         print(f"whole processes, median of {args.repeat} (seconds):")
         for name, seconds in processes.items():
             print(f"  {name:<14} {seconds:8.3f}")

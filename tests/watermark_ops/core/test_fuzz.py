@@ -7,7 +7,9 @@ numbers belong, deeply nested JSON, noise files, a directory or a symlink named 
 symlink loop, a missing or directory ``metadata``), then runs the reader, the audit (with a state
 file), the status, the stall classification, the lateness report and every rendering. Allowed
 outcomes: a result (problems in it name their file), or the documented refusals (``StallInputError``
-for a checkpoint that cannot be classified). Nothing under the checkpoint may change.
+for a checkpoint that cannot be classified). Nothing under the checkpoint may change, and memory
+stays bounded: the Python heap's peak while one example runs (``tracemalloc``) stays under
+:data:`MEMORY_BOUND` (a stray 23-digit batch file once made the hole check try to allocate 24 GB).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import hashlib
 import os
 import shutil
 import tempfile
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -37,6 +40,7 @@ EXAMPLES = 1000
 NUMBERS = [b"-99999999999999", b"1e400", b'"5000"', b"null", b"1.5", str(2**70).encode(), b"[]", b"{}", b"true"]
 HEADERS = [b"v0", b"v99", b"vx", b"", b"v-1", b"v" + b"9" * 30, b"V1", b"v1 "]
 DEEP = b"[" * 100_000 + b"]" * 100_000
+MEMORY_BOUND = 64 * 2**20  # bytes of Python heap per example; the pristine checkpoint is a few kB
 
 
 @pytest.fixture(scope="module")
@@ -179,7 +183,13 @@ def test_mutated_real_checkpoints_never_crash_and_are_never_changed(pristine, mu
         for kind, pick, value in mutations:
             _mutate(work / "cp", kind, pick, value)
         before = _hashes(work / "cp")
-        _exercise(work / "cp", work / "state" / "audit.json")
+        tracemalloc.start()
+        try:
+            _exercise(work / "cp", work / "state" / "audit.json")
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert peak < MEMORY_BOUND, f"{peak / 2**20:.0f} MiB for {mutations}"
         assert _hashes(work / "cp") == before  # reported, never fixed or deleted
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -189,7 +199,13 @@ def test_a_50_mb_line_is_reported_not_loaded_forever(pristine, tmp_path):
     shutil.copytree(pristine / "cp", tmp_path / "cp", symlinks=True)
     offsets = sorted((tmp_path / "cp" / "offsets").glob("[0-9]*"), key=lambda p: int(p.name))
     offsets[-1].write_bytes(b"v1\n" + b"x" * 50_000_000)
-    report = run_audit(str(tmp_path / "cp"))
+    tracemalloc.start()
+    try:
+        report = run_audit(str(tmp_path / "cp"))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * 50_000_000  # the file once or twice in memory, no more
     (finding,) = [f for f in report.findings if f.rule == "unreadable"]
     assert finding.file == str(offsets[-1]) and "[not_json]" in finding.message
     assert len(finding.message) < 500  # the line is quoted, not copied
