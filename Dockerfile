@@ -28,14 +28,10 @@ RUN useradd --uid 50000 --gid 0 --home-dir /home/airflow --create-home --shell /
 WORKDIR ${PROJECT_DIR}
 
 # The project's own pins, compiled from requirements.in (Airflow, the Spark provider, pyspark,
-# pyspark-client, ...): the same set `make run` and the tests use. Its own layer, so that a code
-# change does not reinstall Airflow and Spark.
+# pyspark-client, the PostgreSQL drivers psycopg2 and asyncpg, ...): the same set `make run` and
+# the tests use. Its own layer, so that a code change does not reinstall Airflow and Spark.
 COPY requirements.txt ./
 RUN pip install -r requirements.txt
-# The metadata DB's drivers, sync (psycopg2) and async (asyncpg: Airflow 3 derives
-# postgresql+asyncpg from the sync URL). They are not in requirements.txt, which serves the
-# SQLite set-up of `make run`; pinned here until requirements.in gains them.
-RUN pip install psycopg2-binary==2.9.13 asyncpg==0.32.0
 
 # The project, installed editable at the path compose mounts plugins/ on: watermark_ops imports
 # from ${PROJECT_DIR}/plugins, so settings.REPO_ROOT is ${PROJECT_DIR} and SPARK_JOBS_DIR the
