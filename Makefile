@@ -18,7 +18,7 @@ export PYSPARK_PYTHON := $(PY)
 # Logical dates (America/New_York midnights) that `make run` runs, one DAG run each.
 DATES ?= 2013-01-01 2013-01-02 2013-01-03
 
-.PHONY: venv run test bench clean
+.PHONY: venv run test bench up down clean
 venv: $(VENV)/.installed
 
 $(VENV)/.installed: requirements.txt pyproject.toml
@@ -42,5 +42,14 @@ bench: venv
 	$(PY) benchmarks/dag_import_benchmark.py
 	$(PY) benchmarks/flight_windows_benchmark.py --year
 
+# A real deployment on 127.0.0.1 (PostgreSQL, Airflow 3 with the LocalExecutor, a Spark standalone
+# master and two workers), every process recorded by PID; `make down` stops exactly those.
+up: venv
+	$(PY) -m watermark_ops.examples.deploy up
+
+down:
+	$(PY) -m watermark_ops.examples.deploy down
+
 clean:
+	-test -x $(PY) && $(PY) -m watermark_ops.examples.deploy down
 	rm -rf $(WATERMARK_OPS_HOME)

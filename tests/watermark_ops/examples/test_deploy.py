@@ -1,0 +1,148 @@
+"""End to end on a real deployment: PostgreSQL, Airflow's scheduler and triggerer, a Spark standalone cluster.
+
+``deploy.up()`` starts everything on 127.0.0.1 (the same code as ``make up``); ``flights_pipeline``
+is unpaused through the REST API with a catch-up of three daily intervals
+(``WATERMARK_OPS_PIPELINE_END``), and the **scheduler** runs it (no ``dags test``): three
+consecutive DAG runs, each a spark-submit to the standalone master restarting the same query from
+its checkpoint. In the third run, while its data batch is in flight, one Spark worker is killed
+with SIGKILL: Spark reschedules its tasks on the other worker and the run still succeeds. Then:
+every run succeeded (REST API), each audit passed, the windows equal the pandas replay of the same
+days (what the ``local[2]`` runs write, checked in ``tests/spark_jobs``), every cancelled and
+diverted flight is quarantined once, the master ran three applications, and the completeness asset
+got its events. ``deploy.down()`` stops every process it started, by PID.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.spark_jobs.flight_expectations import assert_quarantine_equals, assert_sink_equals, expected_windows
+
+DAG = "flights_pipeline"
+
+
+@pytest.fixture(scope="module")
+def deployment():
+    from watermark_ops.examples import deploy
+
+    home = Path(tempfile.mkdtemp(prefix="wmo-deploy-"))
+    home.chmod(0o755)  # PostgreSQL runs as its own user and must reach its data folder
+    saved = {k: os.environ.get(k) for k in ("WATERMARK_OPS_HOME", "WATERMARK_OPS_PIPELINE_END")}
+    os.environ.update(WATERMARK_OPS_HOME=str(home), WATERMARK_OPS_PIPELINE_END="2013-01-03")
+    try:
+        started = time.monotonic()
+        urls = deploy.up()
+        print(f"\ndeployment up in {time.monotonic() - started:.0f} s")
+        yield deploy, urls, home
+    finally:
+        stopped = deploy.down()
+        for key, value in saved.items():
+            os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
+        assert deploy.running() == {}, stopped
+
+
+class Api:
+    """The Airflow REST API (``/api/v2``) with a JWT from ``/auth/token`` (SimpleAuthManager's admin)."""
+
+    def __init__(self, base: str):
+        self.base = base
+        self.token = self._call("POST", "/auth/token", {"username": "admin", "password": "admin"},
+                                auth=False)["access_token"]
+
+    def _call(self, method: str, path: str, body: dict | None = None, auth: bool = True):
+        request = urllib.request.Request(self.base + path, method=method,
+                                         data=None if body is None else json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+        if auth:
+            request.add_header("Authorization", f"Bearer {self.token}")
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.loads(response.read() or b"null")
+
+    def get(self, path: str):
+        return self._call("GET", path)
+
+    def patch(self, path: str, body: dict):
+        return self._call("PATCH", path, body)
+
+
+def test_unauthenticated_requests_are_refused(deployment):
+    _, urls, _ = deployment
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(urls["airflow"] + f"/api/v2/dags/{DAG}", timeout=30)
+    assert refused.value.code == 401
+
+
+def test_the_scheduler_runs_three_days_on_the_cluster_and_survives_a_killed_worker(deployment, spark):
+    deploy, urls, home = deployment
+    from watermark_ops.examples.flights.settings import job_locations
+
+    locations = job_locations("flight_windows", home)
+    api = Api(urls["airflow"])
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:  # the DAG processor parses the file first
+        try:
+            api.get(f"/api/v2/dags/{DAG}")
+            break
+        except urllib.error.HTTPError:
+            time.sleep(2)
+    assert api.patch(f"/api/v2/dags/{DAG}", {"is_paused": False})["is_paused"] is False
+
+    killed = None
+    deadline = time.monotonic() + 900
+    while time.monotonic() < deadline:
+        runs = api.get(f"/api/v2/dags/{DAG}/dagRuns?order_by=logical_date")["dag_runs"]
+        if killed is None and len(runs) == 3 and runs[-1]["state"] == "running":
+            killed = _kill_a_worker_mid_batch(deploy, locations["checkpoint"], first_new_batch=4)
+        if len(runs) == 3 and all(r["state"] in ("success", "failed") for r in runs):
+            break
+        assert not any(r["state"] == "failed" for r in runs), runs
+        time.sleep(0.5 if killed is None and len(runs) == 3 else 3)
+    runs = api.get(f"/api/v2/dags/{DAG}/dagRuns?order_by=logical_date")["dag_runs"]
+    assert [r["state"] for r in runs] == ["success"] * 3, runs
+    assert [r["logical_date"][:10] for r in runs] == ["2013-01-01", "2013-01-02", "2013-01-03"]
+    assert killed, "the third run ended before a worker could be killed mid-batch"
+    for run in runs:
+        start, end = (time.mktime(time.strptime(run[k][:19], "%Y-%m-%dT%H:%M:%S")) for k in ("start_date", "end_date"))
+        print(f"scheduled run {run['logical_date'][:10]}: {end - start:.0f} s")
+    for run in runs:
+        audit = api.get(f"/api/v2/dags/{DAG}/dagRuns/{run['dag_run_id']}/taskInstances/audit_checkpoint"
+                        "/xcomEntries/return_value?deserialize=true")
+        value = json.loads(audit["value"]) if isinstance(audit["value"], str) else audit["value"]
+        assert value["status"] == "ok", value
+
+    # Three spark-submits to the standalone master, one application each.
+    apps = [a["name"] for a in deploy.master_state()["completedapps"]]
+    assert apps.count("flight_windows") == 3, apps
+    # The windows and the quarantine: what the pandas replay of the three days predicts.
+    landed = [{"path": str(p)} for p in sorted(Path(locations["landing"]).glob("flights_*.jsonl"))]
+    assert len(landed) == 3
+    emitted, _, _, _ = expected_windows(landed)
+    assert_sink_equals(spark.read.parquet(locations["output"]).toPandas(), emitted)
+    assert_quarantine_equals(spark.read.parquet(locations["output"] + "_quarantine").toPandas(), landed)
+    # Completeness: one asset event per run.
+    events = api.get("/api/v2/assets/events?source_dag_id=" + DAG)["asset_events"]
+    assert len([e for e in events if e["extra"].get("watermark_ms")]) == 3, events
+    print(f"killed worker {killed} while batch 4 was in flight; the run succeeded on the other worker")
+
+
+def _kill_a_worker_mid_batch(deploy, checkpoint: str, first_new_batch: int) -> str | None:
+    """SIGKILL spark-worker-1's process group (the worker and its executor) once
+    ``offsets/<first_new_batch>`` exists without its commit; None when the batch committed first."""
+    offsets, commits = Path(checkpoint, "offsets", str(first_new_batch)), Path(checkpoint, "commits", str(first_new_batch))
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not offsets.exists():
+        time.sleep(0.01)
+    if not offsets.exists() or commits.exists():
+        return None
+    pid = deploy.running()["spark-worker-1"]
+    os.killpg(pid, signal.SIGKILL)
+    return f"spark-worker-1 (pid {pid})"
