@@ -9,7 +9,9 @@ with SIGKILL: Spark reschedules its tasks on the other worker and the run still 
 every run succeeded (REST API), each audit passed, the windows equal the pandas replay of the same
 days (what the ``local[2]`` runs write, checked in ``tests/spark_jobs``), every cancelled and
 diverted flight is quarantined once, the master ran three applications, and the completeness asset
-got its events. ``deploy.down()`` stops every process it started, by PID.
+got its events. A deferrable ``WatermarkReachedSensor`` (DAG ``watermark_wait``), triggered after the
+first run for an instant only the third run closes, waits in the real triggerer and succeeds after
+the third run. ``deploy.down()`` stops every process it started, by PID.
 """
 
 from __future__ import annotations
@@ -73,6 +75,9 @@ class Api:
     def patch(self, path: str, body: dict):
         return self._call("PATCH", path, body)
 
+    def post(self, path: str, body: dict):
+        return self._call("POST", path, body)
+
 
 def test_unauthenticated_requests_are_refused(deployment):
     _, urls, _ = deployment
@@ -94,12 +99,19 @@ def test_the_scheduler_runs_three_days_on_the_cluster_and_survives_a_killed_work
             break
         except urllib.error.HTTPError:
             time.sleep(2)
+    assert api.patch("/api/v2/dags/watermark_wait", {"is_paused": False})["is_paused"] is False
     assert api.patch(f"/api/v2/dags/{DAG}", {"is_paused": False})["is_paused"] is False
 
-    killed = None
+    killed, waiting = None, None
     deadline = time.monotonic() + 900
     while time.monotonic() < deadline:
         runs = api.get(f"/api/v2/dags/{DAG}/dagRuns?order_by=logical_date")["dag_runs"]
+        if waiting is None and runs and runs[0]["state"] == "success":
+            # The windows through 2013-01-03 05:00 UTC are final only after the third run: the
+            # deferrable sensor waits for them in the real triggerer.
+            waiting = api.post("/api/v2/dags/watermark_wait/dagRuns", {
+                "logical_date": None,
+                "conf": {"checkpoint": locations["checkpoint"], "target": "2013-01-03T05:00:00Z"}})["dag_run_id"]
         if killed is None and len(runs) == 3 and runs[-1]["state"] == "running":
             killed = _kill_a_worker_mid_batch(deploy, locations["checkpoint"], first_new_batch=4)
         if len(runs) == 3 and all(r["state"] in ("success", "failed") for r in runs):
@@ -119,6 +131,15 @@ def test_the_scheduler_runs_three_days_on_the_cluster_and_survives_a_killed_work
         value = json.loads(audit["value"]) if isinstance(audit["value"], str) else audit["value"]
         assert value["status"] == "ok", value
 
+    # The deferred sensor: resolved by the triggerer once the third run's batches committed, not before.
+    deadline = time.monotonic() + 120
+    while api.get(f"/api/v2/dags/watermark_wait/dagRuns/{waiting}")["state"] not in ("success", "failed"):
+        assert time.monotonic() < deadline, "the triggerer did not resolve the deferred sensor"
+        time.sleep(2)
+    assert api.get(f"/api/v2/dags/watermark_wait/dagRuns/{waiting}")["state"] == "success"
+    sensor = api.get(f"/api/v2/dags/watermark_wait/dagRuns/{waiting}/taskInstances/wait_for_watermark")
+    third = api.get(f"/api/v2/dags/{DAG}/dagRuns/{runs[2]['dag_run_id']}/taskInstances/flight_windows")
+    assert sensor["try_number"] == 1 and sensor["start_date"] < third["start_date"] < sensor["end_date"], (sensor, third)
     # Three spark-submits to the standalone master, one application each.
     apps = [a["name"] for a in deploy.master_state()["completedapps"]]
     assert apps.count("flight_windows") == 3, apps
