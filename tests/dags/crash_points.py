@@ -46,6 +46,27 @@ def driver_processes(checkpoint: str) -> list[psutil.Process]:
     return found
 
 
+def _wait_dead(processes: list[psutil.Process], timeout_s: float) -> None:
+    """Wait until every process has died (gone, or a zombie its parent has not reaped yet).
+
+    Never ``wait()`` for them (``psutil.wait_procs``): under ``dag.test()`` the spark-submit JVM is
+    a child of this very process, and reaping it here would steal its exit status from the
+    operator's ``Popen.wait()``, which then reads 0 (ECHILD) and reports the killed run a success.
+    """
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        alive = []
+        for process in processes:
+            try:
+                if process.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(process)
+            except psutil.NoSuchProcess:
+                pass
+        if not alive:
+            return
+        time.sleep(0.05)
+
+
 @dataclass
 class Crash:
     """What a kill left behind: the point reached, the processes killed, the logs and the audit then."""
@@ -105,11 +126,12 @@ class DriverKiller(threading.Thread):
         # The JVM first: it is the one writing the offset and commit logs.
         for process in sorted(processes, key=lambda p: "java" not in p.info["cmdline"][0]):
             try:
+                state = f"pid {process.pid} ppid {process.ppid()} {process.status()}"
                 process.send_signal(signal.SIGKILL)
-                self.crash.killed.append(" ".join(process.info["cmdline"][:2]))
+                self.crash.killed.append(f"{' '.join(process.info['cmdline'][:2])} ({state})")
             except psutil.NoSuchProcess:
                 pass
-        psutil.wait_procs(processes, timeout=30)
+        _wait_dead(processes, timeout_s=30)
         offsets, commits = batch_ids(self._offsets), batch_ids(self._commits)
         new_offsets, new_commits = offsets - self._base_offsets, commits - self._base_commits
         if not new_offsets:

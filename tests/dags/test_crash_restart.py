@@ -109,6 +109,8 @@ def test_sigkill_at_each_point_then_restart_through_the_dag(spark, pipeline):
             killer.join()
         xcoms = _xcoms(run.run_id)
         landed.append(xcoms[("land", "return_value")])
+        if killer:
+            print(f"\n{point}: reached {killer.crash.reached}, killed {killer.crash.killed}, run {run.state}")
         assert run.state == "success", (point, killer and killer.crash)
         assert xcoms[("audit_checkpoint", "return_value")]["status"] == "ok"  # after the restart
         if not killer:
