@@ -153,15 +153,20 @@ def test_the_scheduler_runs_three_days_on_the_cluster_and_survives_a_killed_work
     events = api.get("/api/v2/assets/events?source_dag_id=" + DAG)["asset_events"]
     assert len([e for e in events if e["extra"].get("watermark_ms")]) == 3, events
     print(f"killed worker {killed} while batch 4 was in flight; the run succeeded on the other worker")
+    lost = [line for path in Path(deploy.folder(), "airflow", "logs").rglob("*.log") for line in open(path)
+            if "Lost task" in line or "Lost executor" in line]
+    print("driver saw:", *(line.split('"event":"')[-1][:160] for line in lost), sep="\n  ")
 
 
 def _kill_a_worker_mid_batch(deploy, checkpoint: str, first_new_batch: int) -> str | None:
-    """SIGKILL spark-worker-1's process group (the worker and its executor) once
-    ``offsets/<first_new_batch>`` exists without its commit; None when the batch committed first."""
+    """SIGKILL spark-worker-1's process group (the worker and its executor) 1.5 s after
+    ``offsets/<first_new_batch>`` appeared, while the batch is still uncommitted (its tasks are
+    running); None when the batch committed first."""
     offsets, commits = Path(checkpoint, "offsets", str(first_new_batch)), Path(checkpoint, "commits", str(first_new_batch))
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and not offsets.exists():
         time.sleep(0.01)
+    time.sleep(1.5)  # into addBatch: planning is done and the stateful stage's tasks run on both executors
     if not offsets.exists() or commits.exists():
         return None
     pid = deploy.running()["spark-worker-1"]
