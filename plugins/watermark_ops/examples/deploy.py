@@ -268,6 +268,16 @@ def running() -> dict[str, int]:
     return alive
 
 
+def _reap(pid: int) -> None:
+    """Collect ``pid``'s exit status when this process started it (``up`` and ``down`` in one
+    process, as in the tests): a dead child stays a zombie, and its process group with it, until
+    its parent waits for it. Elsewhere (``make down``) it is not our child and there is nothing to do."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
 def down(grace_s: float = 30.0) -> list[str]:
     """Stop every process group ``up`` started, by its recorded PID (SIGTERM, then SIGKILL after
     ``grace_s``); nothing else is signalled. Returns the services stopped."""
@@ -283,9 +293,11 @@ def down(grace_s: float = 30.0) -> list[str]:
             os.killpg(pid, signal.SIGINT if name == "postgres" else signal.SIGTERM)  # SIGINT: PostgreSQL's fast shutdown
             deadline = time.monotonic() + grace_s
             while time.monotonic() < deadline:
+                _reap(pid)
                 os.killpg(pid, 0)
                 time.sleep(0.2)
             os.killpg(pid, signal.SIGKILL)
+            _reap(pid)
         except ProcessLookupError:
             pass
         pid_file.unlink()

@@ -170,18 +170,37 @@ def _kill_a_worker_mid_batch(deploy, checkpoint: str, first_new_batch: int) -> s
     while time.monotonic() < deadline and not offsets.exists():
         time.sleep(0.01)
     workers = {name: pid for name, pid in deploy.running().items() if name.startswith("spark-worker")}
-    executors = {name: [c for c in psutil.Process(pid).children(recursive=True)
-                        if "CoarseGrainedExecutorBackend" in " ".join(c.cmdline())] for name, pid in workers.items()}
+    def executor_processes(pid: int) -> list:
+        found = []
+        for child in psutil.Process(pid).children(recursive=True):
+            try:
+                if "CoarseGrainedExecutorBackend" in " ".join(child.cmdline()):
+                    found.append(child)
+            except psutil.Error:  # an earlier application's executor, exited (a zombie) or gone
+                pass
+        return found
+
+    executors = {name: executor_processes(pid) for name, pid in workers.items()}
     for processes in executors.values():
         for process in processes:
-            process.cpu_percent(None)  # start measuring
+            _cpu(process)  # start measuring
     while True:  # planning runs in the driver first: wait until the batch's tasks run on an executor
         time.sleep(0.2)
         if not offsets.exists() or commits.exists() or time.monotonic() > deadline:
             return None
-        busy = {name: sum(p.cpu_percent(None) for p in processes) for name, processes in executors.items()}
+        busy = {name: sum(_cpu(p) for p in processes) for name, processes in executors.items()}
         if max(busy.values()) >= 20:
             break
     name = max(busy, key=busy.get)
     os.killpg(workers[name], signal.SIGKILL)
     return f"{name} (pid {workers[name]}, its executor at {busy[name]:.0f} % CPU; the other {min(busy.values()):.0f} %)"
+
+
+def _cpu(process) -> float:
+    """CPU % of ``process`` since the previous call, 0 once it has exited."""
+    import psutil
+
+    try:
+        return process.cpu_percent(None)
+    except psutil.Error:
+        return 0.0
