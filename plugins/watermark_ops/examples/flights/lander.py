@@ -279,7 +279,11 @@ def land_interval(start: Any, end: Any, landing: str, data_dir: Path | None = No
     start, end = aware_instant(start), aware_instant(end)
     if end <= start:
         raise LanderError(f"data interval is empty or reversed: [{start}, {end})")
-    events = flight_events(data_dir).events_reaching_stream(start, end)
+    return _land(start, end, flight_events(data_dir).events_reaching_stream(start, end), landing)
+
+
+def _land(start: pendulum.DateTime, end: pendulum.DateTime, events: list[dict[str, Any]], landing: str) -> dict[str, Any]:
+    """Write the events of ``[start, end)`` as that interval's file; the summary :func:`land_interval` returns."""
     by_status: dict[str, int] = {}
     for event in events:
         by_status[event["status"]] = by_status.get(event["status"], 0) + 1
@@ -317,17 +321,7 @@ def land_intervals(boundaries: Sequence[Any], landing: str, data_dir: Path | Non
         while at >= edges[index + 1]:
             index += 1
         buckets[index].append(event)
-    summaries = []
-    for start, end, bucket in zip(instants, instants[1:], buckets):
-        by_status: dict[str, int] = {}
-        for event in bucket:
-            by_status[event["status"]] = by_status.get(event["status"], 0) + 1
-        summary: dict[str, Any] = {"start": iso_utc(start), "end": iso_utc(end), "by_status": by_status}
-        if bucket:
-            summaries.append({**summary, **write_jsonl_atomically(landing, interval_file_name(start, end), bucket)})
-        else:
-            summaries.append(land_interval(start, end, landing, data_dir))
-    return summaries
+    return [_land(start, end, bucket, landing) for start, end, bucket in zip(instants, instants[1:], buckets)]
 
 
 def aware_instant(value: Any) -> pendulum.DateTime:
