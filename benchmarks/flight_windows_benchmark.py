@@ -63,8 +63,9 @@ def spark_submit(script: Path, args: list[str], conf: dict[str, str] | None = No
     command = [str(Path(sys.executable).parent / "spark-submit"), "--master", "local[2]"]
     for key, value in settings.items():
         command += ["--conf", f"{key}={value}"]
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1",
-           "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")}
+    from watermark_ops.examples.flights.settings import spark_submit_env
+
+    env = {**os.environ, **spark_submit_env(), "SPARK_LOCAL_IP": "127.0.0.1"}  # PATH and PYSPARK_PYTHON as the DAGs set them
     started = time.perf_counter()
     process = subprocess.Popen(command + [str(script), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                env=env, text=True)
