@@ -21,9 +21,10 @@ PACKAGE = Path(watermark_ops.__file__).resolve().parent
 ALLOWED = {
     "core": {"core"},
     "render": {"core"},
+    "render_html": {"core", "render"},
     "cli": {"core", "render"},
     "__main__": {"cli"},
-    "airflow": {"core", "render"},
+    "airflow": {"core", "render", "render_html"},
     "examples": {"core"},
     "__init__": {"core"},
 }
@@ -78,8 +79,8 @@ def test_the_core_imports_neither_airflow_spark_argparse_nor_rich():
 
 
 def test_importing_the_core_and_the_rendering_layer_brings_none_of_them():
-    code = ("import sys, json, watermark_ops, watermark_ops.render, watermark_ops.core.checks, "
-            "watermark_ops.core.lateness, watermark_ops.core.status; "
+    code = ("import sys, json, watermark_ops, watermark_ops.render, watermark_ops.render_html, watermark_ops.core.checks, "
+            "watermark_ops.core.lateness, watermark_ops.core.status, watermark_ops.core.overview; "
             "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules} & {'airflow', 'pyspark', 'argparse', 'rich'})))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env=dict(os.environ, PYTHONPATH=str(PACKAGE.parent)))

@@ -1,0 +1,181 @@
+"""The watermark pages in the Airflow UI: a FastAPI app that Airflow's api-server mounts.
+
+Routes (under the mount prefix, ``/watermark-ops`` in ``plugins/watermark_ops_ui.py``)::
+
+    GET /                                   overview: every known checkpoint, problems first (HTML)
+    GET /api/checkpoints                    the same rows as JSON
+    GET /checkpoints/{root}/{path}          one checkpoint's page (HTML)
+    GET /api/checkpoints/{root}/{path}      the same data as JSON
+    GET /dags/{dag_id}[?task_id=...]        the page of the checkpoint a DAG runs (the link from
+                                            the DAG and task-instance views); else the overview
+
+Every route requires an authenticated Airflow user, exactly as the rest of the UI: the JWT of the
+``Authorization: Bearer`` header or of the UI's ``_token`` cookie, checked by the api-server's own
+``airflow.api_fastapi.core_api.security.get_user`` (plugin apps are open by default; this one is
+not). No token: 401; an invalid one: 403.
+
+A page reads only checkpoints under the configured roots
+(:class:`watermark_ops.core.roots.CheckpointRoots`): a path that could escape is refused (400 or
+404) before anything is read. The pages only read: the audit runs without memory, nothing is
+written to a checkpoint or anywhere else. A checkpoint that cannot be read shows its error on
+its row (the overview) or its page, never a 500.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+
+from watermark_ops.core.overview import empty_row
+from watermark_ops.core.roots import CheckpointRoots, PathRefused
+
+__all__ = ["create_app", "require_user"]
+
+#: A known checkpoint, as :func:`watermark_ops.examples.flights.watch.known_checkpoints` gives it:
+#: ``{"name", "checkpoint", "missing_ok", "thresholds", "dag_ids", "landings", "note"}``.
+Known = dict[str, Any]
+
+
+async def require_user(request: Request) -> Any:
+    """The authenticated Airflow user of a request (the api-server's ``get_user``: bearer token
+    first, then the UI's ``_token`` cookie).
+
+    :raises fastapi.HTTPException: 401 without a token, 403 for an invalid one.
+    """
+    from airflow.api_fastapi.core_api.security import bearer_scheme, get_user
+
+    credentials = await bearer_scheme(request)
+    return await get_user(request, None, credentials)
+
+
+def create_app(roots: Callable[[], CheckpointRoots], known: Callable[[], list[Known]], *,
+               chart_limit: int | None = None) -> FastAPI:
+    """The app: pages and JSON over :mod:`watermark_ops.core.overview`, rendered by
+    :mod:`watermark_ops.render_html`.
+
+    :param roots: returns the checkpoint roots (read per request: configuration changes apply
+        without a restart).
+    :param known: returns the known checkpoints (read per request).
+    :param chart_limit: the newest batches a checkpoint page draws (default
+        :data:`watermark_ops.core.overview.DEFAULT_CHART_LIMIT`).
+    """
+    app = FastAPI(title="watermark-ops", dependencies=[Depends(require_user)], docs_url=None, redoc_url=None,
+                  openapi_url=None)
+
+    def base(request: Request) -> str:
+        return request.scope.get("root_path", "").rstrip("/")
+
+    def rows(request: Request) -> tuple[list[dict[str, Any]], CheckpointRoots, str]:
+        from watermark_ops.core.overview import overview_row, sort_overview
+        from watermark_ops.core.times import iso_utc, now_ms
+
+        at = now_ms()
+        checkpoint_roots = roots()
+        out = []
+        for entry in _known_or_error(known):
+            if entry.get("config_error"):  # the config itself cannot be read: one row says so
+                out.append(entry)
+                continue
+            address = checkpoint_roots.address(entry["checkpoint"])
+            if address is None:
+                row = _not_under_roots(entry)
+            else:
+                try:
+                    row = overview_row(entry["checkpoint"], _thresholds(entry), name=entry["name"],
+                                       missing_ok=entry.get("missing_ok", False), at_ms=at)
+                except Exception as exc:  # one checkpoint must never take the page down
+                    row = _failed_row(entry, exc)
+                row["url"] = f"{base(request)}/checkpoints/{address[0]}/{address[1]}"
+            row["dag_ids"] = entry.get("dag_ids", [])
+            out.append(row)
+        return sort_overview(out), checkpoint_roots, iso_utc(at)
+
+    @app.get("/", response_class=HTMLResponse)
+    def overview(request: Request) -> Response:
+        from watermark_ops.render_html import overview_page
+
+        found, checkpoint_roots, at = rows(request)
+        return HTMLResponse(overview_page(found, base=base(request), roots=checkpoint_roots.roots, evaluated_at=at))
+
+    @app.get("/api/checkpoints")
+    def overview_json(request: Request) -> Response:
+        found, checkpoint_roots, at = rows(request)
+        return JSONResponse({"evaluated_at": at, "roots": checkpoint_roots.roots, "checkpoints": found})
+
+    def detail(root: str, path: str) -> dict[str, Any]:
+        from watermark_ops.core.overview import DEFAULT_CHART_LIMIT, checkpoint_detail
+
+        location = roots().locate(root, path)  # raises PathRefused before anything is read
+        entry = _entry_for(known, roots(), location)
+        return checkpoint_detail(location, _thresholds(entry), name=entry.get("name") or path,
+                                 landings=entry.get("landings", ()),
+                                 chart_limit=DEFAULT_CHART_LIMIT if chart_limit is None else chart_limit)
+
+    @app.get("/checkpoints/{root}/{path:path}", response_class=HTMLResponse)
+    def checkpoint(request: Request, root: str, path: str) -> Response:
+        from watermark_ops.render_html import checkpoint_page, error_page
+
+        try:
+            data = detail(root, path)
+        except PathRefused as exc:
+            return HTMLResponse(error_page("Checkpoint not shown", exc.reason, base=base(request)), exc.status)
+        except Exception as exc:  # unreadable storage: say so on the page
+            return HTMLResponse(error_page("Checkpoint cannot be read", f"{root}/{path}: {exc!r}", base=base(request)))
+        return HTMLResponse(checkpoint_page(data, base=base(request),
+                                            json_url=f"{base(request)}/api/checkpoints/{root}/{path}"))
+
+    @app.get("/api/checkpoints/{root}/{path:path}")
+    def checkpoint_json(root: str, path: str) -> Response:
+        try:
+            data = detail(root, path)
+        except PathRefused as exc:
+            return JSONResponse({"detail": exc.reason}, exc.status)
+        except Exception as exc:
+            return JSONResponse({"location": f"{root}/{path}", "error": f"cannot be read: {exc!r}"})
+        return Response(json.dumps(data), media_type="application/json")
+
+    @app.get("/dags/{dag_id}")
+    def for_dag(request: Request, dag_id: str, task_id: str | None = None) -> Response:
+        checkpoint_roots = roots()
+        for entry in _known_or_error(known):
+            if dag_id in entry.get("dag_ids", ()) and "checkpoint" in entry:
+                address = checkpoint_roots.address(entry["checkpoint"])
+                if address is not None:
+                    return RedirectResponse(f"{base(request)}/checkpoints/{address[0]}/{address[1]}", 307)
+        return RedirectResponse(f"{base(request)}/", 307)
+
+    return app
+
+
+def _known_or_error(known: Callable[[], list[Known]]) -> list[dict[str, Any]]:
+    try:
+        return list(known())
+    except Exception as exc:  # a broken config file: one row names it, the page still renders
+        return [dict(empty_row("", "watermark monitor config"), url=None, dag_ids=[], error=str(exc), rank=0,
+                     config_error=True)]
+
+
+def _thresholds(entry: Known):
+    from watermark_ops.core.thresholds import Thresholds
+
+    return Thresholds(**entry.get("thresholds", {}))
+
+
+def _entry_for(known: Callable[[], list[Known]], roots: CheckpointRoots, location: str) -> Known:
+    """The known entry of a located checkpoint (its thresholds, landings), or an empty one."""
+    for entry in _known_or_error(known):
+        if "checkpoint" in entry and roots.address(entry["checkpoint"]) == roots.address(location):
+            return entry
+    return {}
+
+
+def _not_under_roots(entry: Known) -> dict[str, Any]:
+    return dict(empty_row(entry["checkpoint"], entry["name"]), url=None,
+                error="not under a configured checkpoint root: not read", rank=0)
+
+
+def _failed_row(entry: Known, exc: Exception) -> dict[str, Any]:
+    return dict(empty_row(entry["checkpoint"], entry["name"]), url=None, error=f"cannot be read: {exc!r}", rank=0)

@@ -1,0 +1,250 @@
+"""What the watermark pages show: one row per watched checkpoint, and one checkpoint in depth.
+
+:func:`overview_row` answers at a glance (query id, head batch, watermark, lag, stall state, the
+audit's status and findings, the newest batch's time); :func:`sort_overview` puts problems
+first. :func:`checkpoint_detail` adds the chart's series (watermark and batch time over batch
+ids, the restart boundaries of the runs, the in-flight batch, the batches whose watermark went
+backwards), the rows Spark dropped as late per run, the audit's findings with the file each names,
+and the delay-threshold advice of the landing folders. Both read only (the audit runs without
+memory: nothing is remembered, nothing is written) and return JSON-ready dicts, the same ones the
+web face serves as JSON and renders as HTML.
+
+Nothing raises for a checkpoint that cannot be read: the problem is in the result (``error``
+for a row, ``problems`` for the detail), so one bad checkpoint never hides the others.
+
+All instants are epoch milliseconds UTC (``*_ms``) with ISO-8601 UTC text beside them.
+Pure core: imports neither Airflow nor Spark.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+from watermark_ops.core.audit import audit_checkpoint
+from watermark_ops.core.checkpoint import read_checkpoint
+from watermark_ops.core.progress import progress_log_path, read_progress_log
+from watermark_ops.core.rules import ERROR, INFO, WARNING
+from watermark_ops.core.status import CheckpointStatus
+from watermark_ops.core.thresholds import Thresholds
+from watermark_ops.core.times import iso_utc, now_ms
+
+__all__ = ["DEFAULT_CHART_LIMIT", "checkpoint_detail", "empty_row", "overview_row", "sort_overview"]
+
+#: The newest batches the chart and the batch table show (older ones are counted, not drawn).
+DEFAULT_CHART_LIMIT = 500
+
+#: Overview order: lower first. Unreadable or violated, then alarms, then warnings, then the rest.
+_RANK_ERROR, _RANK_ALARM, _RANK_WARNING, _RANK_OK, _RANK_NOT_YET = 0, 1, 2, 3, 4
+
+
+def _classify(checkpoint, thresholds: Thresholds, at_ms: int | None):
+    """(classification or None, message why not)."""
+    from watermark_ops.core.stall import StallInputError, classify_at
+
+    try:
+        return classify_at(checkpoint, thresholds, at_ms), None
+    except StallInputError as exc:
+        return None, str(exc)
+
+
+def _problem_text(problem) -> str:
+    return f"{problem.kind}: {problem.file}: {problem.message}"
+
+
+def overview_row(location: str, thresholds: Thresholds, *, name: str | None = None, missing_ok: bool = False,
+                 at_ms: int | None = None) -> dict[str, Any]:
+    """One overview row: the checkpoint's head, stall state and audit, read now.
+
+    Reads the whole offset and commit logs (the audit needs them) and the end of the progress log.
+
+    :param location: the checkpoint folder (local path or fsspec URL).
+    :param thresholds: the stall thresholds of this checkpoint.
+    :param name: what to call it (a job name); default the location.
+    :param missing_ok: a missing checkpoint is "not run yet" (ranked last), not an error.
+    :param at_ms: the evaluation instant (epoch ms UTC), default now.
+    :return: ``{"name", "location", "query_id", "head_batch_id", "in_flight_batch",
+        "watermark_ms", "watermark", "lag_ms", "state", "alarm", "reason", "audit_status",
+        "findings", "errors", "warnings", "rules": [rule names of the findings],
+        "latest_batch_ms", "latest_batch_time", "error": str | None, "rank": int}``; ``rank``
+        orders the overview (0 unreadable or violated, 1 alarm, 2 warning, 3 healthy,
+        4 not run yet).
+    """
+    row = empty_row(location, name)
+    try:
+        checkpoint = read_checkpoint(location)
+    except Exception as exc:  # a broken filesystem must not take the page down: the row says it
+        row.update(error=f"cannot read the checkpoint: {exc!r}", rank=_RANK_ERROR)
+        return row
+    return _row_of(row, checkpoint, thresholds, at_ms, missing_ok)
+
+
+def _row_of(row: dict[str, Any], checkpoint, thresholds: Thresholds, at_ms: int | None, missing_ok: bool,
+            read: tuple | None = None) -> dict[str, Any]:
+    """Fill ``row`` from a checkpoint already read; ``read`` = (status, report, classification,
+    why_not) when the caller already has them."""
+    missing = [p for p in checkpoint.problems if p.kind == "checkpoint_missing"]
+    if missing:
+        row.update(error=(f"not run yet: {missing[0].message}" if missing_ok else missing[0].message),
+                   rank=_RANK_NOT_YET if missing_ok else _RANK_ERROR)
+        return row
+    if read is None:
+        status = CheckpointStatus.of(checkpoint)
+        report = audit_checkpoint(checkpoint, None, progress=_progress_or_none(checkpoint.location)[0])
+        classification, why_not = _classify(checkpoint, thresholds, at_ms)
+    else:
+        status, report, classification, why_not = read
+    row.update(
+        query_id=status.query_id, head_batch_id=status.head_batch_id, in_flight_batch=status.in_flight_batch,
+        watermark_ms=status.watermark_ms, watermark=iso_utc(status.watermark_ms),
+        latest_batch_ms=status.latest_batch_timestamp_ms, latest_batch_time=iso_utc(status.latest_batch_timestamp_ms),
+        audit_status=report.status, findings=len(report.findings), errors=len(report.by_severity(ERROR)),
+        warnings=len(report.by_severity(WARNING)), rules=sorted({f.rule for f in report.findings}),
+    )
+    if classification is not None:
+        row.update(state=classification.state, alarm=classification.alarm, lag_ms=classification.lag_ms,
+                   reason=(classification.reasons or (None,))[0])
+    fatal = [p for p in status.problems if p.batch_id is None]
+    if status.exit_code == 2 or fatal:
+        row["error"] = "; ".join(_problem_text(p) for p in (fatal or status.problems)[:3]) or why_not
+    elif classification is None:
+        row["error"] = why_not
+    if row["error"] or report.status != "ok":
+        row["rank"] = _RANK_ERROR
+    elif row["alarm"]:
+        row["rank"] = _RANK_ALARM
+    elif row["warnings"] or row["state"] == "lagging":
+        row["rank"] = _RANK_WARNING
+    return row
+
+
+def empty_row(location: str, name: str | None = None) -> dict[str, Any]:
+    """An overview row with nothing read yet (every field of :func:`overview_row`, rank healthy):
+    a face fills ``error`` and ``rank`` for a checkpoint it will not or cannot read."""
+    return {
+        "name": name or location, "location": location, "query_id": None, "head_batch_id": None,
+        "in_flight_batch": None, "watermark_ms": None, "watermark": None, "lag_ms": None, "state": None,
+        "alarm": False, "reason": None, "audit_status": None, "findings": 0, "errors": 0, "warnings": 0,
+        "rules": [], "latest_batch_ms": None, "latest_batch_time": None, "error": None, "rank": _RANK_OK,
+    }
+
+
+def sort_overview(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows with problems first (by ``rank``), then by name."""
+    return sorted(rows, key=lambda row: (row["rank"], str(row["name"])))
+
+
+def _progress_or_none(location: str):
+    """(the progress log beside the checkpoint or None, a problem message or None). A missing
+    log is no problem (a job of another tool writes none)."""
+    path = progress_log_path(location)
+    try:
+        return read_progress_log(path), None
+    except FileNotFoundError:
+        return None, None
+    except (OSError, ValueError, ImportError) as exc:
+        return None, f"progress log {path} cannot be read: {exc!r}"
+
+
+def _runs(progress, query_id: str | None) -> list[dict[str, Any]]:
+    """Per run of this query (progress log): its batches and Spark's late-row count."""
+    from watermark_ops.core.lateness import drops_per_run
+
+    records = [r for r in progress.records if query_id is None or r.get("query_id") in (None, query_id)]
+    return [run.to_dict() for run in drops_per_run(records)]
+
+
+def _chart(batches: Sequence[Any], runs: list[dict[str, Any]], regressed: set[int], limit: int) -> dict[str, Any]:
+    """The chart's series: the newest ``limit`` batches with offsets."""
+    with_offsets = [b for b in batches if b.has_offsets]
+    shown = with_offsets[-limit:] if limit > 0 else with_offsets
+    starts: dict[int, dict[str, Any]] = {}
+    for index, run in enumerate(runs):
+        if run["batch_ids"]:
+            starts[run["batch_ids"][0]] = {"run": index + 1, "run_tag": run["run_tag"], "run_id": run["run_id"]}
+    points = []
+    for batch in shown:
+        start = starts.get(batch.batch_id)
+        points.append({
+            "batch_id": batch.batch_id, "watermark_ms": batch.watermark_ms, "timestamp_ms": batch.timestamp_ms,
+            "next_watermark_ms": batch.next_watermark_ms, "committed": batch.committed,
+            "regressed": batch.batch_id in regressed, "run_start": start,
+        })
+    first_shown = shown[0].batch_id if shown else None
+    return {
+        "total": len(with_offsets), "shown": len(shown), "limit": limit,
+        "first_shown_batch_id": first_shown, "points": points,
+        "restarts": [dict(start, batch_id=batch_id) for batch_id, start in sorted(starts.items())
+                     if first_shown is not None and batch_id >= first_shown],
+    }
+
+
+def checkpoint_detail(location: str, thresholds: Thresholds, *, name: str | None = None,
+                      landings: Iterable[str] = (), at_ms: int | None = None,
+                      chart_limit: int = DEFAULT_CHART_LIMIT) -> dict[str, Any]:
+    """Everything the checkpoint page shows, read now (the whole offset and commit logs, the
+    progress log, the landing folders).
+
+    :param location: the checkpoint folder (local path or fsspec URL).
+    :param thresholds: its stall thresholds.
+    :param landings: landing folders of its inputs, for the delay-threshold advice (may be empty).
+    :param at_ms: the evaluation instant (epoch ms UTC), default now.
+    :param chart_limit: the newest batches drawn and listed (0: all).
+    :return: ``{"name", "location", "evaluated_at_ms", "evaluated_at", "row": overview row fields
+        (see :func:`overview_row`), "status": CheckpointStatus.to_dict(), "classification":
+        Classification.to_dict() | None, "audit": {"status", "findings": [{"rule", "severity",
+        "batch_id", "file", "message"}]}, "chart": {"total", "shown", "limit",
+        "first_shown_batch_id", "points": [{"batch_id", "watermark_ms", "timestamp_ms",
+        "next_watermark_ms", "committed", "regressed", "run_start"}], "restarts": [{"batch_id",
+        "run", "run_tag", "run_id"}]}, "runs": [RunDrops.to_dict()], "advice": [LandedLateness
+        summaries], "problems": [str]}``.
+    """
+    at = now_ms() if at_ms is None else at_ms
+    problems: list[str] = []
+    checkpoint = read_checkpoint(location)
+    status = CheckpointStatus.of(checkpoint)
+    progress, progress_problem = _progress_or_none(checkpoint.location)
+    if progress_problem:
+        problems.append(progress_problem)
+    report = audit_checkpoint(checkpoint, None, now_ms=at, progress=progress)
+    classification, why_not = _classify(checkpoint, thresholds, at_ms)
+    if classification is None and why_not:
+        problems.append(f"no stall classification: {why_not}")
+    problems.extend(_problem_text(p) for p in checkpoint.problems)
+    runs = _runs(progress, checkpoint.query_id) if progress is not None else []
+    if progress is not None:
+        problems.extend(progress.problems)
+    regressed = {f.batch_id for f in report.findings if f.rule == "watermark_regressed" and f.batch_id is not None}
+    advice = []
+    for landing in landings:
+        advice.append(_advice(landing, problems))
+    order = {ERROR: 0, WARNING: 1, INFO: 2}
+    row = _row_of(empty_row(location, name), checkpoint, thresholds, at_ms, False,
+                  (status, report, classification, why_not))
+    return {
+        "name": name or location,
+        "location": location,
+        "evaluated_at_ms": at,
+        "evaluated_at": iso_utc(at),
+        "row": row,
+        "status": status.to_dict(),
+        "state": classification.state if classification else None,
+        "classification": classification.to_dict() if classification else None,
+        "audit": {"status": report.status,
+                  "findings": [f.to_dict() for f in sorted(report.findings, key=lambda f: order[f.severity])]},
+        "chart": _chart(report.batches, runs, regressed, chart_limit),
+        "runs": runs,
+        "progress_log": progress_log_path(checkpoint.location),
+        "advice": [a for a in advice if a is not None],
+        "problems": problems,
+    }
+
+
+def _advice(landing: str, problems: list[str]) -> dict[str, Any] | None:
+    """The observed lateness and delay-threshold advice of one landing folder, or None (problem noted)."""
+    from watermark_ops.core.lateness import LatenessError, landed_lateness
+
+    try:
+        return landed_lateness(landing).summary()
+    except (LatenessError, OSError) as exc:
+        problems.append(f"no delay-threshold advice for {landing}: {exc}")
+        return None

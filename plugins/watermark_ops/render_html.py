@@ -1,0 +1,288 @@
+"""The web pages of the rendering layer: the watermark overview and a checkpoint's page, as HTML.
+
+Renders the dicts of :mod:`watermark_ops.core.overview` (the same ones the web face serves as
+JSON) with Jinja2 (autoescaped: checkpoint paths, offsets and messages are data, never markup)
+and draws the chart as inline SVG on the server: no script, no CDN, no font to fetch, so a page
+works offline and in any browser. States and severities keep the terminal's colours
+(:mod:`watermark_ops.render`): red for jumped, stalled, a violation and an error finding; yellow for
+lagging and warnings; cyan for idle; green for advancing.
+
+Every link is built from ``base``, the path the face is mounted at (``/watermark-ops``).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any, Callable
+
+from watermark_ops.core.times import duration_words, iso_utc
+from watermark_ops.render import signed_duration
+
+__all__ = ["checkpoint_page", "error_page", "overview_page", "watermark_chart_svg"]
+
+_STATE_CLASS = {"jumped": "bad", "stalled": "bad", "lagging": "warn", "idle": "info", "advancing": "good"}
+_SEVERITY_CLASS = {"error": "bad", "warning": "warn", "info": "info"}
+_AUDIT_CLASS = {"violation": "bad", "unreadable": "warn", "ok": "good"}
+
+_CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:16px 24px;color:#1f2933;background:#fff}
+h1{font-size:1.35rem;margin:0 0 4px} h2{font-size:1.05rem;margin:22px 0 6px}
+a{color:#0b63c5} .muted{color:#616e7c;font-size:.85rem}
+table{border-collapse:collapse;margin:4px 0 8px;font-size:.85rem}
+th,td{border-bottom:1px solid #e4e7eb;padding:4px 8px;text-align:left;vertical-align:top}
+th{background:#f5f7fa;font-weight:600} td.num{text-align:right;font-variant-numeric:tabular-nums}
+code{font-size:.8rem;word-break:break-all}
+.badge{display:inline-block;border-radius:4px;padding:1px 7px;font-weight:600;font-size:.8rem}
+.badge.good{background:#e3f9e5;color:#05612b}.badge.bad{background:#ffe3e3;color:#a61b1b}
+.badge.warn{background:#fff3c4;color:#8d5b00}.badge.info{background:#e0f2fe;color:#075985}
+.badge.none{background:#eee;color:#555}
+tr.bad td{background:#fff5f5} tr.bad td.err,td.err{color:#a61b1b;font-weight:600}
+ul{margin:4px 0;padding-left:20px;font-size:.85rem}
+"""
+
+_LAYOUT = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{{ title }}</title>
+<meta name="viewport" content="width=device-width, initial-scale=1"><style>{{ css }}</style></head>
+<body>{% block body %}{% endblock %}</body></html>
+"""
+
+_OVERVIEW = """{% extends "layout" %}{% block body %}
+<h1>Watermarks</h1>
+<p class="muted">{{ rows|length }} checkpoint{{ '' if rows|length == 1 else 's' }}, problems first; read at
+{{ evaluated_at }} (UTC). <a href="{{ base }}/api/checkpoints">JSON</a></p>
+<table id="overview">
+<tr><th>checkpoint</th><th>state</th><th>watermark (UTC)</th><th>lag</th><th>head batch</th><th>in flight</th>
+<th>audit</th><th>newest batch (UTC)</th><th>query id</th></tr>
+{% for row in rows %}
+<tr class="{{ 'bad' if row.rank == 0 else '' }}" data-checkpoint="{{ row.name }}">
+<td>{% if row.url %}<a href="{{ row.url }}">{{ row.name }}</a>{% else %}{{ row.name }}{% endif %}
+<br><code class="muted">{{ row.location }}</code>
+{% if row.error %}<div class="err">{{ row.error }}</div>{% endif %}</td>
+<td>{% if row.state %}<span class="badge {{ state_class(row.state) }}">{{ row.state }}</span>
+{% if row.alarm %}<span class="badge bad">alarm</span>{% endif %}{% else %}<span class="badge none">unknown</span>{% endif %}
+{% if row.reason %}<div class="muted">{{ row.reason }}</div>{% endif %}</td>
+<td>{{ row.watermark or '-' }}</td><td>{{ words(row.lag_ms) }}</td>
+<td class="num">{{ row.head_batch_id if row.head_batch_id is not none else '-' }}</td>
+<td class="num">{{ row.in_flight_batch if row.in_flight_batch is not none else '-' }}</td>
+<td>{% if row.audit_status %}<span class="badge {{ audit_class(row.audit_status) }}">{{ row.audit_status }}</span>
+{{ row.findings }} finding{{ '' if row.findings == 1 else 's' }}{% if row.rules %}<div class="muted">{{ row.rules|join(', ') }}</div>{% endif %}
+{% else %}-{% endif %}</td>
+<td>{{ row.latest_batch_time or '-' }}</td><td><code>{{ (row.query_id or '-')[:8] }}</code></td></tr>
+{% endfor %}
+</table>
+<p class="muted">Checkpoint roots: {% for name, folder in roots.items() %}<code>{{ name }}</code> = <code>{{ folder }}</code>{{ ', ' if not loop.last }}{% endfor %}.
+Only checkpoints under these folders are read.</p>
+{% endblock %}"""
+
+_CHECKPOINT = """{% extends "layout" %}{% block body %}
+<p class="muted"><a href="{{ base }}/">All watermarks</a> · <a href="{{ json_url }}">JSON</a></p>
+<h1>{{ d.name }} {% if d.state %}<span class="badge {{ state_class(d.state) }}" id="state">{{ d.state }}</span>{% else %}<span class="badge none" id="state">unknown</span>{% endif %}
+{% if c and c.alarm %}<span class="badge bad">alarm</span>{% endif %}
+<span class="badge {{ audit_class(d.audit.status) }}" id="audit-status">audit: {{ d.audit.status }}</span></h1>
+<p><code>{{ d.location }}</code></p>
+{% if c %}<ul id="reasons">{% for reason in c.reasons %}<li>{{ reason }}</li>{% endfor %}
+{% for hint in c.hints %}<li>hint: {{ hint }}</li>{% endfor %}</ul>{% endif %}
+<table id="head">
+<tr><th>query id</th><td><code>{{ s.query_id or 'unknown' }}</code></td>
+<th>watermark (next batch starts from)</th><td id="watermark">{{ s.watermark or 'unknown' }}{% if s.watermark_ms is not none %} <span class="muted">({{ s.watermark_ms }} ms)</span>{% endif %}</td></tr>
+<tr><th>head batch</th><td>{{ s.head_batch_id if s.head_batch_id is not none else 'none' }}</td>
+<th>in-flight batch</th><td>{{ s.in_flight_batch if s.in_flight_batch is not none else 'none' }}</td></tr>
+<tr><th>newest batch time</th><td>{{ s.latest_batch_time or 'none' }}</td>
+<th>lag (newest batch − watermark)</th><td>{{ words(c.lag_ms if c else none) }}</td></tr>
+<tr><th>emitted through</th><td>{{ (c.emitted_through if c else none) or '-' }}</td>
+<th>evaluated at</th><td>{{ d.evaluated_at }}</td></tr>
+</table>
+
+<h2>Watermark and batch time over batch ids</h2>
+<p class="muted" id="chart-note">{% if d.chart.shown < d.chart.total %}Showing the newest {{ d.chart.shown }} of {{ d.chart.total }} batches (from batch {{ d.chart.first_shown_batch_id }}).{% else %}All {{ d.chart.total }} batches.{% endif %}
+ Dashed lines: restarts (one per run); orange: the in-flight batch; red: a watermark that went backwards.</p>
+{{ chart|safe }}
+
+<h2>Audit findings</h2>
+{% if d.audit.findings %}<table id="findings"><tr><th>severity</th><th>rule</th><th>batch</th><th>file</th><th>message</th></tr>
+{% for f in d.audit.findings %}<tr class="{{ 'bad' if f.severity == 'error' else '' }}">
+<td><span class="badge {{ severity_class(f.severity) }}">{{ f.severity }}</span></td><td class="rule">{{ f.rule }}</td>
+<td class="num">{{ f.batch_id if f.batch_id is not none else '-' }}</td><td><code>{{ f.file or '-' }}</code></td><td>{{ f.message }}</td></tr>
+{% endfor %}</table>{% else %}<p id="findings">No findings: the watermark never moved backwards in the {{ d.chart.total }} batches retained.</p>{% endif %}
+
+<h2>Rows dropped as late, per run</h2>
+{% if d.runs %}<table id="runs"><tr><th>run</th><th>tag</th><th>started (UTC)</th><th>batches</th><th>input rows</th><th>dropped by the watermark</th><th>drop rate</th></tr>
+{% for run in d.runs %}<tr><td class="num">{{ loop.index }}</td><td><code>{{ run.run_tag or run.run_id[:8] }}</code></td><td>{{ iso(run.started_ms) or '-' }}</td>
+<td>{% if run.batch_ids %}{{ run.batch_ids[0] }}–{{ run.batch_ids[-1] }}{% else %}none{% endif %}</td>
+<td class="num">{{ run.input_rows }}</td><td class="num">{{ run.rows_dropped_by_watermark }}</td><td class="num">{{ percent(run.drop_rate) }}</td></tr>
+{% endfor %}</table><p class="muted">Spark's count (<code>numRowsDroppedByWatermark</code>): for an aggregation it counts late partial aggregates, not rows. From <code>{{ d.progress_log }}</code>.</p>
+{% else %}<p class="muted">No progress records in <code>{{ d.progress_log }}</code>.</p>{% endif %}
+
+<h2>Delay-threshold advice</h2>
+{% if d.advice %}{% for item in d.advice %}<table class="advice"><tr><th colspan="3">{{ item.landing }} (event time: {{ item.event_time_field }})</th></tr>
+<tr><th>keep drops below</th><th>smallest delay threshold</th><th>events still dropped</th></tr>
+{% for a in item.advice %}<tr><td>{{ percent(a.target_drop_rate) }}</td><td><code>{{ a.spark_interval }}</code></td><td class="num">{{ a.events_dropped }} ({{ percent(a.drop_rate) }})</td></tr>{% endfor %}
+</table><p class="muted">{{ item.events }} events in {{ item.files }} files; lateness p50 {{ words(item.p50_ms) }}, p99 {{ words(item.p99_ms) }}, max {{ words(item.max_lateness_ms) }}.</p>{% endfor %}
+{% else %}<p class="muted">No landing folder is configured for this checkpoint: no advice.</p>{% endif %}
+
+{% if d.problems %}<h2>Problems</h2><ul id="problems">{% for p in d.problems %}<li class="err">{{ p }}</li>{% endfor %}</ul>{% endif %}
+{% endblock %}"""
+
+_ERROR = """{% extends "layout" %}{% block body %}
+<p class="muted"><a href="{{ base }}/">All watermarks</a></p>
+<h1>{{ title }}</h1><p class="err">{{ message }}</p>{% endblock %}"""
+
+
+@lru_cache(maxsize=1)
+def _environment():
+    from jinja2 import DictLoader, Environment, StrictUndefined
+
+    env = Environment(loader=DictLoader({"layout": _LAYOUT, "overview": _OVERVIEW, "checkpoint": _CHECKPOINT,
+                                         "error": _ERROR}),
+                      autoescape=True, undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.globals.update(
+        css=_CSS, iso=iso_utc, words=_words, percent=_percent,
+        state_class=lambda state: _STATE_CLASS.get(state, "none"),
+        severity_class=lambda severity: _SEVERITY_CLASS.get(severity, "none"),
+        audit_class=lambda status: _AUDIT_CLASS.get(status, "none"),
+    )
+    return env
+
+
+def _words(ms: int | None) -> str:
+    return "-" if ms is None else signed_duration(ms) if ms < 0 else duration_words(ms)
+
+
+def _percent(rate: float | None) -> str:
+    return "-" if rate is None else f"{100 * rate:.3g} %"
+
+
+def overview_page(rows: list[dict[str, Any]], *, base: str, roots: dict[str, str], evaluated_at: str) -> str:
+    """The overview: one row per checkpoint (:func:`watermark_ops.core.overview.overview_row`
+    dicts, sorted, each with ``url``: its page, or None when it is not under a root).
+
+    :param base: the path the face is mounted at, without a trailing ``/``.
+    :param roots: root name → folder, listed under the table.
+    :param evaluated_at: ISO-8601 UTC instant of the read.
+    """
+    return _environment().get_template("overview").render(
+        title="Watermarks", rows=rows, base=base, roots=roots, evaluated_at=evaluated_at)
+
+
+def checkpoint_page(detail: dict[str, Any], *, base: str, json_url: str) -> str:
+    """A checkpoint's page (:func:`watermark_ops.core.overview.checkpoint_detail`'s dict): head,
+    state and reasons, the chart, the audit's findings with their files, late rows per run, advice."""
+    classification = detail.get("classification")
+    return _environment().get_template("checkpoint").render(
+        title=f"Watermark of {detail['name']}", d=detail, s=detail["status"], c=classification, base=base,
+        json_url=json_url, chart=watermark_chart_svg(detail["chart"], detail["status"].get("in_flight_batch")))
+
+
+def error_page(title: str, message: str, *, base: str) -> str:
+    """A page that says what could not be shown and why (a refused path, an unknown DAG)."""
+    return _environment().get_template("error").render(title=title, message=message, base=base)
+
+
+# --------------------------------------------------------------------------------------------
+# The chart
+
+
+_WIDTH, _PANEL, _GAP, _LEFT, _RIGHT, _TOP = 980, 190, 46, 150, 20, 22
+
+
+def _scale(lo: float, hi: float, out_lo: float, out_hi: float) -> Callable[[float], float]:
+    if hi <= lo:
+        hi = lo + 1
+    return lambda v: out_lo + (v - lo) * (out_hi - out_lo) / (hi - lo)
+
+
+def _esc(text: str) -> str:
+    from markupsafe import escape
+
+    return str(escape(text))
+
+
+def _panel(points: list[dict[str, Any]], key: str, label: str, top: float, x: Callable[[float], float],
+           color: str, marks: list[str]) -> None:
+    values = [(p["batch_id"], p[key]) for p in points if p[key] is not None]
+    bottom = top + _PANEL
+    marks.append(f'<text x="{_LEFT}" y="{top - 6}" class="t">{_esc(label)}</text>')
+    marks.append(f'<rect x="{_LEFT}" y="{top}" width="{_WIDTH - _LEFT - _RIGHT}" height="{_PANEL}" class="frame"/>')
+    if not values:
+        marks.append(f'<text x="{_LEFT + 10}" y="{top + 20}" class="t">no readable value</text>')
+        return
+    # A watermark of 0 is "not set yet" (before the first data batch): drawn on the bottom line,
+    # kept out of the scale, which would otherwise start in 1970.
+    unset = key == "watermark_ms" and any(v == 0 for _, v in values) and any(v > 0 for _, v in values)
+    scaled = [v for _, v in values if not unset or v > 0]
+    lo, hi = min(scaled), max(scaled)
+    y_set = _scale(lo, hi, bottom - 24 if unset else bottom - 8, top + 8)
+
+    def y(value: float) -> float:
+        return bottom - 6 if unset and value == 0 else y_set(value)
+
+    for value in sorted({lo, hi, (lo + hi) // 2}):
+        marks.append(f'<text x="{_LEFT - 6}" y="{y(value) + 4:.1f}" class="t" text-anchor="end">'
+                     f'{_esc((iso_utc(int(value)) or "").replace("T", " ").removesuffix("Z"))}</text>')
+    if unset:
+        marks.append(f'<text x="{_LEFT - 6}" y="{bottom - 2:.1f}" class="t" text-anchor="end">0 (not set yet)</text>')
+    path = []
+    for index, (batch_id, value) in enumerate(values):
+        px, py = x(batch_id), y(value)
+        if index:  # a step line: the value holds until the next batch
+            path.append(f"L{px:.1f},{path_y:.1f}")
+        path.append(f"{'M' if not index else 'L'}{px:.1f},{py:.1f}")
+        path_y = py
+    marks.append(f'<path d="{" ".join(path)}" fill="none" stroke="{color}" stroke-width="1.6"/>')
+    if len(values) <= 120:
+        marks.extend(f'<circle cx="{x(b):.1f}" cy="{y(v):.1f}" r="2.2" fill="{color}"/>' for b, v in values)
+    for p in points:
+        if p[key] is None:
+            continue
+        if key == "watermark_ms" and p["regressed"]:
+            marks.append(f'<circle cx="{x(p["batch_id"]):.1f}" cy="{y(p[key]):.1f}" r="5" class="regressed">'
+                         f'<title>batch {p["batch_id"]}: watermark went backwards</title></circle>'
+                         f'<text x="{x(p["batch_id"]) + 7:.1f}" y="{y(p[key]) - 6:.1f}" class="t bad">'
+                         f'batch {p["batch_id"]} regressed</text>')
+        if not p["committed"]:
+            marks.append(f'<circle cx="{x(p["batch_id"]):.1f}" cy="{y(p[key]):.1f}" r="5" class="inflight">'
+                         f'<title>batch {p["batch_id"]}: in flight (offsets written, no commit)</title></circle>')
+
+
+def watermark_chart_svg(chart: dict[str, Any], in_flight_batch: int | None = None) -> str:
+    """Inline SVG: the watermark each batch ran with (offsets ``batchWatermarkMs``) and the batch
+    time (``batchTimestampMs``) over batch ids, in two panels with their own time axes (a replay's
+    event time and its processing time can be years apart); dashed verticals at each run's first
+    batch, the in-flight batch circled orange, batches whose watermark went backwards in red.
+
+    :param chart: ``checkpoint_detail(...)["chart"]``.
+    :param in_flight_batch: the in-flight batch id, labelled on the axis.
+    """
+    points = chart["points"]
+    height = _TOP + 2 * _PANEL + _GAP + 40
+    marks = [f'<svg xmlns="http://www.w3.org/2000/svg" id="chart" width="{_WIDTH}" height="{height}" '
+             f'viewBox="0 0 {_WIDTH} {height}" role="img" aria-label="watermark and batch time over batch ids">',
+             "<style>.t{font:11px system-ui,sans-serif;fill:#3e4c59}.t.bad{fill:#c81e1e;font-weight:600}"
+             ".frame{fill:#fbfcfd;stroke:#cbd2d9}.restart{stroke:#7b8794;stroke-dasharray:4 3}"
+             ".regressed{fill:none;stroke:#c81e1e;stroke-width:2.4}.inflight{fill:none;stroke:#f97316;stroke-width:2.4}"
+             "</style>"]
+    if not points:
+        marks.append(f'<text x="{_LEFT}" y="{_TOP + 20}" class="t">no batches</text></svg>')
+        return "".join(marks)
+    first, last = points[0]["batch_id"], points[-1]["batch_id"]
+    x = _scale(first, last if last > first else first + 1, _LEFT + 8, _WIDTH - _RIGHT - 8)
+    _panel(points, "watermark_ms", "watermark the batch ran with (event time, UTC)", _TOP, x, "#0b63c5", marks)
+    second = _TOP + _PANEL + _GAP
+    _panel(points, "timestamp_ms", "batch time (processing time, UTC)", second, x, "#6b21a8", marks)
+    axis = second + _PANEL
+    ticks = sorted({first, last, *(first + (last - first) * k // 4 for k in range(1, 4))})
+    for tick in ticks:
+        marks.append(f'<text x="{x(tick):.1f}" y="{axis + 14}" class="t" text-anchor="middle">{tick}</text>')
+    marks.append(f'<text x="{(_LEFT + _WIDTH) / 2:.0f}" y="{axis + 30}" class="t" text-anchor="middle">batch id</text>')
+    for restart in chart["restarts"]:
+        px = x(restart["batch_id"])
+        marks.append(f'<line x1="{px:.1f}" y1="{_TOP}" x2="{px:.1f}" y2="{axis}" class="restart">'
+                     f'<title>run {restart["run"]} ({_esc(restart["run_tag"] or restart["run_id"])}) starts at batch '
+                     f'{restart["batch_id"]}</title></line>')
+        if len(chart["restarts"]) <= 40:
+            marks.append(f'<text x="{px + 3:.1f}" y="{_TOP + 12}" class="t">run {restart["run"]}</text>')
+    if in_flight_batch is not None and first <= in_flight_batch <= last:
+        marks.append(f'<text x="{x(in_flight_batch):.1f}" y="{axis - 6}" class="t" text-anchor="end" '
+                     f'fill="#f97316">batch {in_flight_batch} in flight</text>')
+    marks.append("</svg>")
+    return "".join(marks)

@@ -1,0 +1,245 @@
+"""The watermark pages through Airflow's own api-server app (``create_app``: the real plugin
+manager mounts the plugin, the real SimpleAuthManager issues and checks the JWT), with FastAPI's
+TestClient: refused paths, unauthenticated requests, an unreadable checkpoint, a regression in
+red, 10,000 batches drawn as the newest 500."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from tests.watermark_ops.airflow import ui_fixtures as uf
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def ui(spark, tmp_path_factory):
+    return uf.build(spark, tmp_path_factory.mktemp("ui"))
+
+
+@pytest.fixture(scope="module")
+def client(ui, airflow_db, tmp_path_factory):
+    """A TestClient on the real api-server app, and the ``Authorization`` header of admin's JWT."""
+    from fastapi.testclient import TestClient
+
+    passwords = tmp_path_factory.mktemp("auth") / "passwords.json"
+    passwords.write_text(json.dumps({"admin": "admin"}))
+    patch = pytest.MonkeyPatch()
+    for name, value in {**ui.env(), "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+                        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords)}.items():
+        patch.setenv(name, value)
+    from airflow.api_fastapi.app import create_app
+
+    with TestClient(create_app("core"), base_url="http://127.0.0.1") as test_client:
+        reply = test_client.post("/auth/token", json={"username": "admin", "password": "admin"})
+        assert reply.status_code in (200, 201), reply.text
+        test_client.headers["Authorization"] = f"Bearer {reply.json()['access_token']}"
+        yield test_client
+    patch.undo()
+
+
+def _anonymous(client):
+    from fastapi.testclient import TestClient
+
+    return TestClient(client.app, base_url="http://127.0.0.1")
+
+
+# --------------------------------------------------------------------------------------------
+# The plugin is registered
+
+
+def test_the_ui_lists_the_plugin_views(client):
+    plugins = client.get("/api/v2/plugins").json()["plugins"]
+    ours = next(p for p in plugins if p["name"] == "watermark_ops")
+    assert [a["url_prefix"] for a in ours["fastapi_apps"]] == ["/watermark-ops"]
+    views = {(v["destination"], v["href"]) for v in ours["external_views"]}
+    assert ("nav", "/watermark-ops/") in views
+    assert ("task_instance", "/watermark-ops/dags/{DAG_ID}?task_id={TASK_ID}") in views
+
+
+# --------------------------------------------------------------------------------------------
+# Authentication
+
+
+@pytest.mark.parametrize("path", ["/watermark-ops/", "/watermark-ops/api/checkpoints",
+                                  "/watermark-ops/checkpoints/test/real", "/watermark-ops/api/checkpoints/test/real",
+                                  "/watermark-ops/dags/flights_pipeline"])
+def test_every_route_needs_an_authenticated_user(client, path):
+    anonymous = _anonymous(client)
+    assert anonymous.get(path).status_code == 401
+    assert anonymous.get(path, headers={"Authorization": "Bearer not-a-jwt"}).status_code == 403
+    assert client.get(path, follow_redirects=False).status_code in (200, 307)
+
+
+def test_the_ui_cookie_is_enough(client):
+    token = client.headers["Authorization"].removeprefix("Bearer ")
+    anonymous = _anonymous(client)
+    anonymous.cookies.set("_token", token)
+    assert anonymous.get("/watermark-ops/").status_code == 200
+
+
+# --------------------------------------------------------------------------------------------
+# Path safety: refused before anything is read
+
+
+@pytest.mark.parametrize("raw_path, status", [
+    ("/watermark-ops/api/checkpoints/test/%2e%2e/outside/secret", 400),
+    ("/watermark-ops/api/checkpoints/test/real/%2E%2E/%2e%2e/outside/secret", 400),
+    ("/watermark-ops/api/checkpoints/test/..%2foutside%2fsecret", 400),
+    ("/watermark-ops/api/checkpoints/test/s3:%2f%2fbucket%2fcheckpoint", 400),
+    ("/watermark-ops/api/checkpoints/test/file:%2f%2f%2fetc", 400),
+    ("/watermark-ops/api/checkpoints/test/%2fetc%2fpasswd", 400),
+    ("/watermark-ops/api/checkpoints/test/real%5c..%5c..", 400),
+    ("/watermark-ops/api/checkpoints/test/escape", 404),  # a symlink out of the root
+    ("/watermark-ops/api/checkpoints/nope/real", 404),  # no such root
+    ("/watermark-ops/api/checkpoints/test/does-not-exist", 404),
+    ("/watermark-ops/checkpoints/test/%2e%2e/outside/secret", 400),
+    ("/watermark-ops/checkpoints/test/escape", 404),
+])
+def test_paths_that_escape_the_roots_are_refused(client, ui, raw_path, status, monkeypatch):
+    import watermark_ops.core.overview as overview
+
+    read = []
+    monkeypatch.setattr(overview, "read_checkpoint", lambda *a, **k: read.append(a) or pytest.fail("read"))
+    reply = client.get(raw_path)
+    assert reply.status_code == status, reply.text
+    assert read == []
+    assert str(ui.outside) not in reply.text
+
+
+def test_the_overview_does_not_read_a_checkpoint_outside_the_roots(client, ui):
+    rows = {row["location"]: row for row in client.get("/watermark-ops/api/checkpoints").json()["checkpoints"]}
+    outside = rows[str(ui.outside / "secret")]
+    assert outside["error"] == "not under a configured checkpoint root: not read"
+    assert outside["query_id"] is None and outside["url"] is None
+
+
+# --------------------------------------------------------------------------------------------
+# The overview
+
+
+def test_overview_rows_problems_first(client, ui):
+    document = client.get("/watermark-ops/api/checkpoints").json()
+    rows = document["checkpoints"]
+    by_name = {row["location"]: row for row in rows}
+    real, regressed = by_name[str(ui.root / "real")], by_name[str(ui.root / "regressed")]
+    broken, big = by_name[str(ui.root / "broken")], by_name[str(ui.root / "big")]
+    not_yet = by_name[str(ui.root / "not-yet")]
+    assert real["audit_status"] == "ok" and real["error"] is None and real["state"] in ("advancing", "idle")
+    assert real["query_id"] and real["head_batch_id"] >= 5 and real["watermark"].startswith("2013-01-01T")
+    assert real["url"] == "/watermark-ops/checkpoints/test/real"
+    assert regressed["audit_status"] == "violation" and "watermark_regressed" in regressed["rules"]
+    assert regressed["in_flight_batch"] == 4
+    assert broken["error"] and "offsets/1" in broken["error"]
+    assert big["head_batch_id"] == 9_999 and big["findings"] == 0
+    assert not_yet["error"].startswith("not run yet")
+    ranks = [row["rank"] for row in rows]
+    assert ranks == sorted(ranks)
+    assert rows.index(regressed) < rows.index(real) and rows.index(broken) < rows.index(real)
+    assert rows.index(not_yet) == len(rows) - 1 or rows[-1]["rank"] == not_yet["rank"]
+
+
+def test_overview_page_shows_states_and_errors_on_their_rows(client, ui):
+    reply = client.get("/watermark-ops/")
+    assert reply.status_code == 200 and reply.headers["content-type"].startswith("text/html")
+    page = reply.text
+    row = re.search(r'<tr class="bad" data-checkpoint="[^"]*regressed">.*?</tr>', page, re.S).group(0)
+    assert "violation" in row and "watermark_regressed" in row
+    broken = re.search(r'<tr class="bad" data-checkpoint="[^"]*broken">.*?</tr>', page, re.S).group(0)
+    assert 'class="err"' in broken and "offsets/1" in broken
+    assert 'href="/watermark-ops/checkpoints/test/real"' in page
+    assert "https://" not in page and "<script" not in page  # offline: nothing fetched, no script
+
+
+def test_a_broken_monitor_config_is_a_row_not_a_500(client, ui, monkeypatch, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    monkeypatch.setenv("WATERMARK_OPS_MONITOR_CONFIG", str(bad))
+    reply = client.get("/watermark-ops/")
+    assert reply.status_code == 200
+    assert "cannot read the monitor config" in reply.text and str(bad) in reply.text
+
+
+# --------------------------------------------------------------------------------------------
+# A checkpoint's page
+
+
+def test_checkpoint_page_of_a_real_checkpoint(client, ui, spark):
+    from tests.watermark_ops import checkpoint_fixtures as cf
+
+    history = cf.restart_history(spark)
+    data = client.get("/watermark-ops/api/checkpoints/test/real").json()
+    assert data["audit"]["status"] == "ok" and data["state"] in ("advancing", "idle")
+    chart = data["chart"]
+    assert chart["total"] == chart["shown"] == len(chart["points"]) == data["status"]["head_batch_id"] + 1
+    executed = [[b["batch_id"] for b in run["batches"] if b.get("executed", True)] for run in history.runs]
+    assert [r["batch_id"] for r in chart["restarts"]] == [ids[0] for ids in executed if ids]  # one per run
+    assert [run["batch_ids"] for run in data["runs"]] == executed
+    assert sum(run["rows_dropped_by_watermark"] for run in data["runs"]) == sum(
+        b.get("rows_dropped_by_watermark") or 0 for run in history.runs for b in run["batches"])
+    assert data["advice"] and data["advice"][0]["events"] > 50 and data["advice"][0]["advice"]
+    page = client.get("/watermark-ops/checkpoints/test/real").text
+    assert '<svg xmlns="http://www.w3.org/2000/svg" id="chart"' in page
+    assert page.count('class="restart"') == len(chart["restarts"])
+    assert data["status"]["watermark"] in page
+    assert "No findings" in page
+
+
+def test_a_regression_is_red_with_its_file(client, ui):
+    data = client.get("/watermark-ops/api/checkpoints/test/regressed").json()
+    finding = next(f for f in data["audit"]["findings"] if f["rule"] == "watermark_regressed")
+    assert finding["severity"] == "error" and finding["batch_id"] == 3
+    assert finding["file"].endswith("regressed/offsets/3")
+    assert [p["batch_id"] for p in data["chart"]["points"] if p["regressed"]] == [3]
+    assert [p["batch_id"] for p in data["chart"]["points"] if not p["committed"]] == [4]
+    page = client.get("/watermark-ops/checkpoints/test/regressed").text
+    row = re.search(r'<tr class="bad">.*?watermark_regressed.*?</tr>', page, re.S).group(0)
+    assert "regressed/offsets/3" in row
+    assert 'class="regressed"' in page and "batch 3 regressed" in page
+    assert 'class="inflight"' in page and "batch 4 in flight" in page
+    assert 'id="audit-status">audit: violation' in page
+
+
+def test_an_unreadable_checkpoint_shows_its_error_on_the_page(client):
+    reply = client.get("/watermark-ops/checkpoints/test/broken")
+    assert reply.status_code == 200
+    assert "offsets/1" in reply.text and 'id="problems"' in reply.text
+    data = client.get("/watermark-ops/api/checkpoints/test/broken").json()
+    assert any(f["rule"] == "unreadable" and f["file"].endswith("broken/offsets/1") for f in data["audit"]["findings"])
+
+
+def test_ten_thousand_batches_draw_the_newest_500_and_say_so(client):
+    data = client.get("/watermark-ops/api/checkpoints/test/big").json()
+    chart = data["chart"]
+    assert chart["total"] == 10_000 and chart["shown"] == 500 == len(chart["points"])
+    assert chart["first_shown_batch_id"] == 9_500 and chart["points"][-1]["batch_id"] == 9_999
+    reply = client.get("/watermark-ops/checkpoints/test/big")
+    assert "Showing the newest 500 of 10000 batches (from batch 9500)" in reply.text
+    # The page's budget is its size: the chart draws 500 batches, not 10,000.
+    assert len(reply.content) < 250_000, len(reply.content)
+    assert reply.text.count("<circle") <= 2
+
+
+def test_a_dag_link_leads_to_its_checkpoint_or_the_overview(client, ui, monkeypatch):
+    config = json.loads(ui.config.read_text())
+    config["checkpoints"].append({"job": "flight_windows"})
+    monkeypatch.setenv("WATERMARK_OPS_MONITOR_CONFIG", str(ui.config.with_name("with_job.json")))
+    ui.config.with_name("with_job.json").write_text(json.dumps(config))
+    reply = client.get("/watermark-ops/dags/flights_pipeline?task_id=flight_windows", follow_redirects=False)
+    assert reply.status_code == 307 and reply.headers["location"] == "/watermark-ops/checkpoints/runtime/flight_windows"
+    reply = client.get("/watermark-ops/dags/some_other_dag", follow_redirects=False)
+    assert reply.status_code == 307 and reply.headers["location"] == "/watermark-ops/"
+
+
+def test_the_pages_write_nothing(client, ui):
+    def listing():
+        return sorted((str(p.relative_to(ui.root)), p.stat().st_mtime_ns) for p in ui.root.rglob("*")
+                      if not p.is_symlink())
+
+    before = listing()
+    for path in ("/watermark-ops/", "/watermark-ops/checkpoints/test/real", "/watermark-ops/checkpoints/test/regressed"):
+        assert client.get(path).status_code == 200
+    assert listing() == before
