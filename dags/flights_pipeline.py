@@ -2,7 +2,8 @@
 
 land (the flights that landed in the interval) → flight_windows (spark-submit, Trigger.AvailableNow,
 a restart of the same query from its checkpoint) → collect_progress (this run's micro-batches and
-last watermark to XCom) + audit_checkpoint (the watermark never went backwards) + windows_complete
+last watermark to XCom) + late_ledger (every row this run's batches dropped as late, written to
+``<output>_late/batch=<N>.jsonl``, and the balance input = aggregated + late + quarantined) + audit_checkpoint (the watermark never went backwards) + windows_complete
 (the completeness gate: waits until the watermark passed the interval the run closes, then records
 it on the ``flight_windows_complete`` asset for downstream DAGs).
 
@@ -103,6 +104,16 @@ def flights_pipeline():
 
         return run_report(LOCATIONS["checkpoint"], run_id)
 
+    @task(multiple_outputs=True)
+    def late_ledger(run_id=None) -> dict:
+        """Every row this run's batches dropped as late (Spark counts only late groups), recovered from the
+        checkpoint and the landed files, written to ``<output>_late/batch=<N>.jsonl``; to XCom: ``rows_late``,
+        ``late_by_batch``, ``late_by_origin`` and the balance ``rows_in == rows_aggregated + rows_late +
+        rows_quarantined`` (``balanced``), Spark's own count as ``rows_dropped_by_watermark_spark``."""
+        from watermark_ops.core.ledger import reconcile_run
+
+        return reconcile_run(LOCATIONS["checkpoint"], run_id, sink=LOCATIONS["output"].rstrip("/") + "_late")
+
     # Prove the watermark never went backwards, this run included; the audit's memory (the head it
     # saw last time) lives in Airflow's asset state store, so it survives Spark's log purging.
     audit = WatermarkAuditOperator(task_id="audit_checkpoint", checkpoint=LOCATIONS["checkpoint"])
@@ -126,7 +137,7 @@ def flights_pipeline():
         on_failure_callback=WatermarkWebhookNotifier(checkpoint=LOCATIONS["checkpoint"]),
     )
 
-    land() >> run_job >> [collect_progress(), audit, complete]
+    land() >> run_job >> [collect_progress(), late_ledger(), audit, complete]
 
 
 flights_pipeline()

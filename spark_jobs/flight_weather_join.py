@@ -81,6 +81,7 @@ from streaming_driver import (  # noqa: E402
     add_run_arguments,
     checkpoint_watermark_policy,
     execute,
+    late_rule,
     run_driver,
     run_queries,
 )
@@ -238,9 +239,14 @@ def run(spark, config: JoinConfig) -> dict:
         (QUARANTINE_QUERY_NAME, quarantined_both(flight_events, weather_events),
          config.quarantine_checkpoint, config.quarantine_output),
     ]
+    # Deduplication and the join drop rows by event time (one field and delay threshold per source,
+    # in plan order: flights, weather); recorded on every progress record for the late-row ledger.
+    rules = {QUERY_NAME: late_rule("event_time", ["dep_time", "time_hour"],
+                                   [config.flights_delay_threshold, config.weather_delay_threshold])}
     result = {
         query.name: {"query_id": str(query.id), "batches": records, "state_operators": _state_operators(query)}
-        for query, records in run_queries(spark, plans, config.spark_trigger, config.run_tag, tick_landing=config.landing)
+        for query, records in run_queries(spark, plans, config.spark_trigger, config.run_tag,
+                                          tick_landing=config.landing, late_rules=rules)
     }
     result[QUERY_NAME]["watermark_policy"] = {"requested": config.watermark_policy, "effective": effective}
     return result

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # flight_inputs, streaming_driver, in client mode
 
 from flight_inputs import check_interval, classified_events, quarantined  # noqa: E402
-from streaming_driver import add_run_arguments, execute, run_driver, run_queries  # noqa: E402
+from streaming_driver import add_run_arguments, execute, late_rule, run_driver, run_queries  # noqa: E402
 
 QUERY_NAME = "flight_windows"
 QUARANTINE_QUERY_NAME = "flight_windows_quarantine"
@@ -122,9 +122,13 @@ def run(spark, config: JobConfig) -> dict:
         (QUERY_NAME, hourly_windows(events, config.delay_threshold), config.checkpoint, config.output),
         (QUARANTINE_QUERY_NAME, quarantined(events), config.quarantine_checkpoint, config.quarantine_output),
     ]
+    # Recorded on every progress record, so the late-row ledger reads the rule instead of guessing it.
+    rules = {QUERY_NAME: late_rule("window_end", "dep_time", config.delay_threshold, WINDOW_DURATION,
+                                   config.max_event_time_ahead)}
     return {
         query.name: {"query_id": str(query.id), "batches": records}
-        for query, records in run_queries(spark, plans, config.spark_trigger, config.run_tag, tick_landing=config.landing)
+        for query, records in run_queries(spark, plans, config.spark_trigger, config.run_tag,
+                                          tick_landing=config.landing, late_rules=rules)
     }
 
 

@@ -34,7 +34,25 @@ appended to ``<checkpoint>.progress.jsonl`` (beside the checkpoint). One line pe
      "observed_metrics": {name: {metric: value}},  # Dataset.observe metrics of the batch
      "sources": [{"description": str, "start_offset": ..., "end_offset": ..., "input_rows": int}],
      "spark_trigger": "availableNow" | "once",
-     "requested_conf": {key: value}}  # what this run's session asked for, of FROZEN_CONFS
+     "requested_conf": {key: value},  # what this run's session asked for, of FROZEN_CONFS
+     "late_rule": {...} | null}   # which rows this query drops as late, see below
+
+``late_rule`` says which rows the query's stateful operator drops as late, so that a reader of the
+checkpoint (``watermark_ops.core.ledger``) can recover every dropped row without guessing the plan.
+The watermark is the batch's ``batchWatermarkMs`` (offsets/N), all instants epoch ms UTC::
+
+    {"kind": "window_end",      # a tumbling event-time window aggregation: a row is late when the
+     "event_time": "dep_time",  #   end of its window (start = event time floored to window_ms) is
+     "window_ms": 3600000,      #   <= the watermark (WatermarkSupport: window.end <= watermark)
+     "delay_threshold_ms": 7200000, "max_event_time_ahead_ms": null}
+    {"kind": "event_time",      # deduplication / stream-stream join: late when event time <= watermark
+     "event_time": "dep_time" | ["dep_time", "time_hour"],   # landed field, one per source in plan order
+     "delay_threshold_ms": int | [int, ...], "max_event_time_ahead_ms": null}
+
+``event_time`` names the field of the landed JSON event the query takes its event time from;
+``max_event_time_ahead_ms`` is the job's ``--max-event-time-ahead`` (null: off), which decides
+which rows are quarantined before they reach the watermark. A query without a watermark (the
+quarantine queries) records null. :func:`late_rule` builds the dict.
 
 ``rows_dropped_by_watermark`` is Spark's own metric, counted at the stateful operator's input: for
 an aggregation that input is already partially aggregated, so it counts late *groups* (one per
@@ -52,6 +70,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import sys
 import threading
 import time
@@ -148,9 +167,51 @@ def _iso_to_ms(text: str | None) -> int | None:
     return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
 
 
+_INTERVAL_UNIT_MS = {"millisecond": 1, "second": 1000, "minute": 60_000, "hour": 3_600_000, "day": 86_400_000,
+                     "week": 7 * 86_400_000}
+_INTERVAL_PART = re.compile(r"\s*(\d+)\s+(millisecond|second|minute|hour|day|week)s?\s*", re.I)
+
+
+def interval_ms(text: str | None) -> int | None:
+    """A Spark interval of whole units (``"2 hours"``, ``"1 hour 30 minutes"``) in ms; None for
+    None, an empty string, or any other form (Spark's interval syntax is wider than this)."""
+    if not text or not text.strip():
+        return None
+    parts = _INTERVAL_PART.findall(text)
+    if not parts or _INTERVAL_PART.sub("", text).strip():
+        return None
+    return sum(int(count) * _INTERVAL_UNIT_MS[unit.lower()] for count, unit in parts)
+
+
+def late_rule(kind: str, event_time: str | list[str], delay_threshold: str | list[str],
+              window: str | None = None, max_event_time_ahead: str | None = None) -> dict[str, Any]:
+    """The ``late_rule`` of a progress record (shape in the module docstring).
+
+    :param kind: ``"window_end"`` (tumbling window aggregation, ``window`` required) or ``"event_time"``.
+    :param event_time: the landed field the event time comes from (a list: one per source).
+    :param delay_threshold: the ``withWatermark`` delay threshold(s), Spark intervals.
+    :param window: the tumbling window duration (``"1 hour"``).
+    :param max_event_time_ahead: the job's future-time tolerance, None when off.
+    :raises ValueError: for another kind, or a window_end rule without a window of whole units.
+    """
+    if kind not in ("window_end", "event_time"):
+        raise ValueError(f"late rule kind must be window_end or event_time, got {kind!r}")
+    rule: dict[str, Any] = {"kind": kind, "event_time": event_time}
+    if kind == "window_end":
+        rule["window_ms"] = interval_ms(window)
+        if rule["window_ms"] is None:
+            raise ValueError(f"a window_end late rule needs a window such as '1 hour', got {window!r}")
+    rule["delay_threshold_ms"] = ([interval_ms(d) for d in delay_threshold] if isinstance(delay_threshold, list)
+                                  else interval_ms(delay_threshold))
+    rule["max_event_time_ahead_ms"] = interval_ms(max_event_time_ahead)
+    return rule
+
+
 def progress_record(progress: dict[str, Any], run_tag: str | None, spark_trigger: str,
-                    requested_conf: dict[str, str] | None = None) -> dict[str, Any]:
-    """Reduce one ``StreamingQueryProgress`` JSON (a dict) to the progress-log line shape above."""
+                    requested_conf: dict[str, str] | None = None,
+                    late_rule: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Reduce one ``StreamingQueryProgress`` JSON (a dict) to the progress-log line shape above;
+    ``late_rule`` is the query's (:func:`late_rule`), None for a query without a watermark."""
     event_time = progress.get("eventTime") or {}
     operators = progress.get("stateOperators") or []
     sink = progress.get("sink") or {}
@@ -184,6 +245,7 @@ def progress_record(progress: dict[str, Any], run_tag: str | None, spark_trigger
         ],
         "spark_trigger": spark_trigger,
         "requested_conf": dict(requested_conf or {}),
+        "late_rule": late_rule,
     }
 
 
@@ -204,13 +266,15 @@ class ProgressRecorder:
             key: value for key in FROZEN_CONFS if (value := spark.conf.get(key, None)) is not None
         }
         self._logs: dict[str, str] = {}          # query id -> progress log location
+        self._rules: dict[str, dict[str, Any] | None] = {}  # query id -> late rule
         self._written: set[tuple[str, str, int]] = set()
         self._lock = threading.Lock()
         self._listener = None
 
-    def register(self, query, log_path: str) -> None:
-        """Record the batches of ``query`` (a ``StreamingQuery``) into ``log_path``."""
+    def register(self, query, log_path: str, late_rule: dict[str, Any] | None = None) -> None:
+        """Record the batches of ``query`` (a ``StreamingQuery``) into ``log_path``, each with ``late_rule``."""
         self._logs[str(query.id)] = log_path
+        self._rules[str(query.id)] = late_rule
         self._ensure_listener()
         self.flush(query)  # batches that completed before the listener knew the query
 
@@ -252,7 +316,8 @@ class ProgressRecorder:
             if key in self._written:
                 return
             self._written.add(key)
-            record = progress_record(progress, self._run_tag, self._spark_trigger, self._requested_conf)
+            record = progress_record(progress, self._run_tag, self._spark_trigger, self._requested_conf,
+                                     self._rules.get(query_id))
             fs, fs_path = fsspec.core.url_to_fs(path)
             parent = fs._parent(fs_path)
             if parent:
@@ -268,7 +333,8 @@ class ProgressRecorder:
     def records(self, query) -> list[dict[str, Any]]:
         """This run's batches of ``query`` as progress-log records, oldest first."""
         return [
-            progress_record(json.loads(p.json), self._run_tag, self._spark_trigger, self._requested_conf)
+            progress_record(json.loads(p.json), self._run_tag, self._spark_trigger, self._requested_conf,
+                            self._rules.get(str(query.id)))
             for p in query.recentProgress
         ]
 
@@ -410,7 +476,8 @@ def land_tick(landing: str, checkpoint: str, batch_id: int) -> str:
 
 
 def run_queries(spark, plans, spark_trigger: str, run_tag: str | None,
-                tick_landing: str | None = None) -> list[tuple[Any, list[dict[str, Any]]]]:
+                tick_landing: str | None = None,
+                late_rules: dict[str, dict[str, Any] | None] | None = None) -> list[tuple[Any, list[dict[str, Any]]]]:
     """Run (restart) append-mode Parquet queries once with one Spark trigger, recording progress.
 
     :param plans: ``(name, streaming DataFrame, checkpoint, output path)`` per query; each is
@@ -422,6 +489,8 @@ def run_queries(spark, plans, spark_trigger: str, run_tag: str | None,
         trailing no-data batch is owed (:func:`owed_trailing_batch`: the last driver died between
         a batch's commit and that batch), an empty tick file is landed there first
         (:func:`land_tick`), so that this run emits what the dead run did not.
+    :param late_rules: ``{query name: late rule}`` (:func:`late_rule`) stamped on the query's
+        progress records; a query not named gets null.
     :return: ``[(StreamingQuery, this run's progress records)]`` in the order of ``plans``.
     :raises checkpoint_lock.CheckpointInUse: when another driver holds a checkpoint's lock
         (``<checkpoint>.lock``, held for the whole run); no query is started then.
@@ -439,10 +508,11 @@ def run_queries(spark, plans, spark_trigger: str, run_tag: str | None,
                     log.warning("checkpoint %s: batch %d was committed but the trailing no-data batch after it never "
                                 "ran (its driver died); landed %s so that this run emits the windows it closes",
                                 checkpoint, owed, path)
-        return _run_locked(spark, plans, spark_trigger, run_tag)
+        return _run_locked(spark, plans, spark_trigger, run_tag, late_rules or {})
 
 
-def _run_locked(spark, plans, spark_trigger: str, run_tag: str | None) -> list[tuple[Any, list[dict[str, Any]]]]:
+def _run_locked(spark, plans, spark_trigger: str, run_tag: str | None,
+                late_rules: dict[str, dict[str, Any] | None]) -> list[tuple[Any, list[dict[str, Any]]]]:
     recorder = ProgressRecorder(spark, run_tag, spark_trigger)
     queries = []
     try:
@@ -455,7 +525,7 @@ def _run_locked(spark, plans, spark_trigger: str, run_tag: str | None) -> list[t
                 .option("path", output)
             )
             query = apply_spark_trigger(writer, spark_trigger).start()
-            recorder.register(query, progress_log_path(checkpoint))
+            recorder.register(query, progress_log_path(checkpoint), late_rules.get(name))
             queries.append(query)
         for query in queries:
             query.awaitTermination()

@@ -7,6 +7,7 @@ Subcommands (this module owns every one of them: arguments here, the work in
     watermark-ops status CHECKPOINT [--json] [--at ISO-8601-INSTANT] [--max-lag PT6H|none] [--max-idle P1D]
                          [--idle-after PT15M] [--max-skew PT5M] [--stall-window PT1H] [--stall-batches 3]
     watermark-ops lateness CHECKPOINT [--json] [--landing DIR ...] [--event-time-field F]
+    watermark-ops late CHECKPOINT [--json] [--sink DIR] [--batch N ...]
 
 ``audit`` prints a table of the batches (batch id, watermark as ISO-8601 UTC and ms, change from
 the previous batch, batch time, committed or in flight), a line between the batches an earlier
@@ -27,6 +28,13 @@ cannot be read, or for a bad flag value; else 0 (an alarm is in ``classification
 ``lateness`` prints the share of rows dropped by the watermark per run and, per landing folder,
 the smallest delay threshold that keeps drops below 1 % and 0.1 %. Exit 2 for bad input.
 
+``late`` replays the checkpoint's micro-batches (offset log, the file source's log, the landed
+files, the late rule of the progress log; :func:`watermark_ops.core.ledger.late_ledger`) and prints
+every batch's late rows: rows late, the watermark missed, the worst lateness, late rows per origin
+airport, beside Spark's own count. ``--sink DIR`` also writes the late rows, one
+``batch=<N>.jsonl`` per batch. Exit 0 when every batch was replayed; 2 when a file it needs
+cannot be read (the message names it) or a source cannot be replayed (not a file source).
+
 Each subcommand imports the core modules it needs when it runs (``audit`` loads neither the stall
 classification, the lateness report nor pendulum), and the status flags' default durations are
 put into words only when ``--help`` is printed: a terminal command pays only for what it uses.
@@ -46,7 +54,7 @@ __all__ = ["build_parser", "main", "thresholds_from_args"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``watermark-ops`` parser with its three subcommands (each sets ``run`` to its function)."""
+    """The ``watermark-ops`` parser with its subcommands (each sets ``run`` to its function)."""
     parser = argparse.ArgumentParser(
         prog="watermark-ops",
         description="Audit and watch the watermark of Spark Structured Streaming checkpoints (no JVM needed).",
@@ -58,6 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
          _status_arguments, _status),
         ("lateness", "drop rate per run, and the delay threshold that would keep drops below 1 and 0.1 percent",
          _lateness_arguments, _lateness),
+        ("late", "every row the watermark dropped, recovered from the checkpoint and the landed files",
+         _late_arguments, _late),
     ):
         sub = subparsers.add_parser(name, help=help_text, description=help_text,
                                     formatter_class=_LazyHelpFormatter)
@@ -211,4 +221,43 @@ def _lateness(args: argparse.Namespace) -> int:
         print(json.dumps(report.to_dict(), indent=2, sort_keys=True))
     else:
         render.print_lateness_report(report, render.terminal_console())
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+# late (the late-row ledger)
+
+
+def _late_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("checkpoint", help="checkpoint folder of the query (its progress log gives the late rule)")
+    parser.add_argument("--batch", type=int, action="append", metavar="N",
+                        help="replay only this batch id (repeat; default: every batch in offsets/)")
+    parser.add_argument("--sink", metavar="DIR", help="also write the late rows to DIR/batch=<N>.jsonl")
+    parser.add_argument("--json", action="store_true", help="print the ledger as JSON (with every late row)")
+
+
+def _late(args: argparse.Namespace) -> int:
+    from watermark_ops.core.ledger import LedgerError, late_ledger, write_late_rows
+
+    try:
+        ledger = late_ledger(args.checkpoint, args.batch)
+        written = write_late_rows(ledger, args.sink) if args.sink else []
+    except (LedgerError, OSError) as exc:
+        print(f"watermark-ops late: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        document = ledger.to_dict(rows=True)
+        document["sink_files"] = written
+        print(json.dumps(document, indent=2, sort_keys=True))
+    else:
+        render.print_late_ledger(ledger, render.terminal_console())
+        if written:
+            print(f"wrote {len(written)} files to {args.sink}")
+    if not ledger.complete:
+        for problem in ledger.problems:
+            print(f"watermark-ops late: {problem.file}: {problem.message}", file=sys.stderr)
+        for source in ledger.not_replayable:
+            print(f"watermark-ops late: source {source['source']} is not replayable (offset {source['offset']})",
+                  file=sys.stderr)
+        return 2
     return 0

@@ -13,7 +13,9 @@ What it draws (every input is plain data from :mod:`watermark_ops.core`):
   :class:`~watermark_ops.core.stall.Classification`): :func:`print_status`,
   :func:`print_classification`, JSON by :func:`status_document`;
 * a lateness report (:class:`~watermark_ops.core.lateness.LatenessReport`):
-  :func:`print_lateness_report`, JSON by ``LatenessReport.to_dict``.
+  :func:`print_lateness_report`, JSON by ``LatenessReport.to_dict``;
+* a late-row ledger (:class:`~watermark_ops.core.ledger.LateLedger`): :func:`print_late_ledger`,
+  JSON by ``LateLedger.to_dict``.
 
 Times are shown as ISO-8601 UTC with the epoch milliseconds beside them where a value is audited.
 
@@ -34,6 +36,7 @@ from watermark_ops.core.times import duration_ms, duration_words, iso_utc
 if TYPE_CHECKING:  # annotations only: the modules are imported where they are drawn
     from watermark_ops.core.audit import AuditReport
     from watermark_ops.core.lateness import LatenessReport
+    from watermark_ops.core.ledger import LateLedger
     from watermark_ops.core.stall import Classification
     from watermark_ops.core.status import CheckpointStatus
     from watermark_ops.core.thresholds import Thresholds
@@ -43,6 +46,7 @@ __all__ = [
     "audit_report_text",
     "print_audit_report",
     "print_classification",
+    "print_late_ledger",
     "print_lateness_report",
     "print_status",
     "signed_duration",
@@ -338,3 +342,51 @@ def print_lateness_report(report: LatenessReport, console: Any) -> None:
             console.print(f"[yellow]malformed:[/] {message}", markup=True, highlight=False)
     for message in document["problems"]:
         console.print(f"[yellow]progress log:[/] {message}", markup=True, highlight=False)
+
+
+# --------------------------------------------------------------------------------------------
+# The late-row ledger
+
+
+def print_late_ledger(ledger: LateLedger, console: Any) -> None:
+    """Print a late-row ledger as a rich table: per batch id, rows read, late, quarantined, the
+    watermark missed (ISO-8601 UTC and ms), the worst lateness and late rows per origin airport;
+    then the totals against Spark's count, the sources it cannot replay and the problems."""
+    from rich.table import Table
+
+    document = ledger.to_dict()
+    table = Table(title=f"Rows dropped by the watermark (late-row ledger) — {document['checkpoint']}")
+    for name in ("batch", "rows read", "late", "quarantined", "watermark missed (UTC)", "watermark ms",
+                 "worst lateness", "late per origin", "Spark's count"):
+        table.add_column(name, justify="right" if name in ("batch", "rows read", "late", "quarantined",
+                                                          "watermark ms", "Spark's count") else "left")
+    for batch in document["batches"]:
+        if not batch["replayed"]:
+            table.add_row(str(batch["batch_id"]), "-", "-", "-", batch["watermark"] or "-",
+                          "-" if batch["watermark_ms"] is None else str(batch["watermark_ms"]), "-",
+                          "[yellow]not replayed[/]", "-")
+            continue
+        origins = ", ".join(f"{name} {rows}" for name, rows in batch["late_by_origin"].items())
+        table.add_row(
+            str(batch["batch_id"]), str(batch["rows_read"]),
+            f"[bold]{batch['rows_late']}[/]" if batch["rows_late"] else "0",
+            str(sum(batch["rows_quarantined"].values())), batch["watermark"] or "-", str(batch["watermark_ms"]),
+            _lateness_duration(batch["worst_late_by_ms"]) if batch["worst_late_by_ms"] is not None else "-",
+            origins or "-", "-" if batch["spark_rows_dropped"] is None else str(batch["spark_rows_dropped"]),
+        )
+    totals = document["totals"]
+    table.caption = (
+        f"{totals['rows_late']} late rows of {totals['rows_read']} read, {totals['rows_aggregated']} aggregated, "
+        f"{totals['rows_quarantined']} quarantined; Spark counted {totals['spark_rows_dropped']} "
+        f"(late groups after partial aggregation, not rows)."
+    )
+    if not document["batches"]:
+        table.caption = "no batch to replay"
+    console.print(table)
+    for source in document["not_replayable"]:
+        console.print(f"[yellow]not replayable:[/] source {source['source']} ({source['description'] or 'unknown'}): "
+                      f"offset {source['offset']} is not a file source's logOffset, its rows cannot be read back "
+                      f"from the checkpoint (batches {source['batch_ids']})", markup=True, highlight=False)
+    for problem in document["problems"]:
+        console.print(f"[yellow]{problem['kind']}:[/] {problem['file']}: {problem['message']}",
+                      markup=True, highlight=False)

@@ -73,6 +73,7 @@ def test_pipeline_shape():
     assert dag.max_active_runs == 1
     assert dag.get_task("flight_windows").upstream_task_ids == {"land"}
     assert "flight_windows" in dag.get_task("collect_progress").upstream_task_ids
+    assert dag.get_task("late_ledger").upstream_task_ids == {"flight_windows"}
     assert dag.get_task("audit_checkpoint").upstream_task_ids == {"flight_windows"}
     assert dag.get_task("windows_complete").upstream_task_ids == {"flight_windows"}
     spark = dag.get_task("flight_windows")
@@ -140,6 +141,14 @@ def test_one_dag_run_end_to_end(airflow_db):
     assert xcoms[("collect_progress", "last_watermark")] == pendulum.from_timestamp(
         offsets_1["batchWatermarkMs"] / 1000).format("YYYY-MM-DDTHH:mm:ss[Z]")
     assert xcoms[("collect_progress", "windows_emitted")] > 0
+    # The late-row ledger: nothing is late on the first day (its batch ran with watermark 0), and the
+    # run balances: the 761 rows read = aggregated + late + the 4 quarantined.
+    assert xcoms[("late_ledger", "balanced")] is True and xcoms[("late_ledger", "complete")] is True
+    assert (xcoms[("late_ledger", "rows_in")], xcoms[("late_ledger", "rows_late")],
+            xcoms[("late_ledger", "rows_quarantined")], xcoms[("late_ledger", "rows_aggregated")]) == (761, 0, 4, 757)
+    assert xcoms[("late_ledger", "late_by_batch")] == {"0": 0, "1": 0}
+    (sink_file,) = xcoms[("late_ledger", "sink_files")]
+    assert sink_file.endswith("flight_windows_late/batch=0.jsonl") and Path(sink_file).read_bytes() == b""
     audit = xcoms[("audit_checkpoint", "return_value")]
     assert audit["status"] == "ok" and audit["watermark_ms"] == offsets_1["batchWatermarkMs"]
     assert [b["batch_id"] for b in audit["batches"]] == [0, 1]

@@ -198,3 +198,37 @@ def test_lateness_json_table_and_bad_input(checkpoint_with_log, capsys, tmp_path
             cli.main(argv)
         assert exited.value.code == 0
         assert "lateness" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------------------------
+# late (the late-row ledger), on the hand-written checkpoint of tests/watermark_ops/ledger_fixtures.py
+
+
+def test_late_table_json_and_sink(capsys, tmp_path):
+    from tests.watermark_ops import ledger_fixtures as lf
+
+    checkpoint, _ = lf.build(tmp_path)
+    code, out, _ = run(capsys, "late", checkpoint, "--sink", tmp_path / "late")
+    assert code == 0
+    for column in ("batch", "late", "watermark missed (UTC)", "worst lateness", "late per origin", "Spark's count"):
+        assert column in out
+    assert iso_utc(lf.WATERMARK_1) in out and "EWR 2, JFK 1, LGA 1" in out and "1 hours" in out
+    assert "5 late rows of" in out and "wrote 3 files" in out
+    assert sorted(p.name for p in (tmp_path / "late").iterdir()) == ["batch=0.jsonl", "batch=1.jsonl", "batch=2.jsonl"]
+    code, out, _ = run(capsys, "late", checkpoint, "--json", "--batch", "2")
+    document = json.loads(out)
+    assert code == 0 and document["complete"] and [r["event"]["id"] for r in document["late_rows"]] == [20]
+    assert document["totals"]["late_by_batch"] == {"2": 1}
+
+
+def test_late_exits_2_naming_the_unreadable_file(capsys, tmp_path):
+    from tests.watermark_ops import ledger_fixtures as lf
+
+    checkpoint, _ = lf.build(tmp_path)
+    corrupt = checkpoint / "sources" / "0" / "1.compact"
+    corrupt.write_bytes(b"\x00\x01binary")
+    (checkpoint / "sources" / "0" / "0").unlink()
+    code, out, err = run(capsys, "late", checkpoint)
+    assert code == 2 and f"{corrupt}: binary content" in err and "not replayed" in out
+    code, _, err = run(capsys, "late", tmp_path / "nowhere")
+    assert code == 2 and "no checkpoint folder" in err

@@ -19,6 +19,8 @@ Modules, in the order data flows through them::
     stall        classify the watermark: advancing, idle, stalled, lagging, jumped
     checks       the one evaluation sensors and triggers share (done, wait, fail, skip)
     lateness     rows dropped per run, observed lateness, delay-threshold advice
+    source_log   the file source's log (sources/<i>, compact files): the files each log offset added
+    ledger       the late-row ledger: every row the watermark dropped, replayed from the checkpoint
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ _HOMES = {
     "Batch": "checkpoint", "Checkpoint": "checkpoint", "read_checkpoint": "checkpoint",
     "Check": "checks", "check": "checks",
     "LatenessReport": "lateness", "lateness_report": "lateness",
+    "LateLedger": "ledger", "late_ledger": "ledger", "reconcile_run": "ledger", "write_late_rows": "ledger",
     "ReadProblem": "log_formats",
     "AuditMemory": "memory", "MemoryFormatError": "memory", "RememberedHead": "memory", "StateFileMemory": "memory",
     "ProgressLog": "progress", "progress_log_path": "progress", "read_progress_log": "progress",
@@ -75,6 +78,7 @@ __all__ = [
     "CheckpointStatus",
     "Classification",
     "Finding",
+    "LateLedger",
     "LatenessReport",
     "MemoryFormatError",
     "ProgressLog",
@@ -89,10 +93,13 @@ __all__ = [
     "evaluate",
     "instant_ms",
     "iso_utc",
+    "late_ledger",
     "lateness_report",
     "progress_log_path",
     "read_checkpoint",
     "read_progress_log",
+    "reconcile_run",
     "run_audit",
     "run_report",
+    "write_late_rows",
 ]

@@ -69,7 +69,7 @@ from watermark_ops.core.log_formats import (
     parse_offsets,
 )
 
-__all__ = ["Batch", "Checkpoint", "read_checkpoint"]
+__all__ = ["Batch", "Checkpoint", "open_storage", "read_checkpoint"]
 
 #: Highest offset-log version this reader knows (``OffsetSeqLog.MAX_VERSION`` in Spark 4.2+).
 OFFSETS_MAX_VERSION = 2
@@ -295,6 +295,19 @@ def _resolve(location: Any, filesystem: Any, storage_options: dict[str, Any] | N
 
     fs, path = fsspec.core.url_to_fs(os.fspath(location), **(storage_options or {}))
     return _FsspecStorage(fs), path.rstrip("/") or "/"
+
+
+def open_storage(location: Any, *, filesystem: Any = None, storage_options: dict[str, Any] | None = None):
+    """The storage :func:`read_checkpoint` reads ``location`` with, for other readers of the same
+    checkpoint (the file source's log, :mod:`watermark_ops.core.source_log`).
+
+    :return: ``(storage, path)``: ``storage.display(path) -> str`` (what to show),
+        ``storage.listing(path) -> {name: "file" | "directory"}``, ``storage.names(folder) -> [name]``
+        and ``storage.read([path]) -> content(path) -> bytes | Exception`` (never raises per file);
+        ``path`` is the location inside it (an absolute local path, or fsspec's path).
+        Listing a missing folder raises ``FileNotFoundError``.
+    """
+    return _resolve(location, filesystem, storage_options)
 
 
 def _name(path: str) -> str:

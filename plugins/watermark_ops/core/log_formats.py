@@ -68,6 +68,7 @@ __all__ = [
     "parse_commit",
     "parse_metadata",
     "parse_offsets",
+    "split_log_file",
 ]
 
 #: Highest offset-log version this reader knows (``OffsetSeqLog.MAX_VERSION`` in Spark 4.2+).
@@ -233,6 +234,17 @@ def _lines_with_header(raw: bytes, log_name: str, max_version: int) -> tuple[int
     if rest and rest[-1] == "":
         rest = rest[:-1]
     return version, rest
+
+
+def split_log_file(raw: bytes, log_name: str, max_version: int) -> tuple[int, list[str]]:
+    """Check any ``HDFSMetadataLog`` file's bytes and ``v<int>`` header (the same checks and
+    messages as the offset and commit logs; used for the file source's log,
+    :mod:`watermark_ops.core.source_log`).
+
+    :return: ``(version, the lines after the header)``; a trailing newline is not a line.
+    :raises LogFileError: ``empty``, ``binary``, ``bad_header`` or ``unsupported_version``.
+    """
+    return _lines_with_header(raw, log_name, max_version)
 
 
 def _json_object(text: str, what: str) -> dict[str, Any]:

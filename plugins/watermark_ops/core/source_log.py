@@ -1,0 +1,206 @@
+"""The file source's log in a checkpoint (``sources/<i>/``): which files each log offset added.
+
+The formats (Spark's sources, ``sql/core/src/main/scala/org/apache/spark/sql/execution/streaming/``,
+since 4.1 under ``runtime/`` and ``checkpointing/``)
+-----------------------------------------------------------------------------------------------
+* ``FileStreamSource.scala``: a file source keeps its own log at ``<checkpoint>/sources/<i>``
+  (``i`` = the source's position in the plan, the source id of a v2 offset log). Each time it
+  finds new files it adds one log entry ``k`` (its *log offset*, counted by the source, not the
+  query's batch id) listing them. ``getBatch(start, end)`` reads ``metadataLog.get(start + 1,
+  end)``: micro-batch N reads the files of the log offsets in
+  ``(log offset of batch N-1, log offset of batch N]``.
+* ``FileStreamSourceOffset.scala``: the source's line in ``offsets/N`` is ``{"logOffset": k}``
+  (a bare long ``k`` is also read, Spark 2.0's ``LongOffset``).
+* ``FileStreamSourceLog.scala`` (``VERSION = 1``) on ``CompactibleFileStreamLog.scala`` on
+  ``HDFSMetadataLog``: a log file is ``v1`` then one JSON ``FileEntry`` per line::
+
+      v1
+      {"path":"file:///landing/flights_1.jsonl","timestamp":1795449686774,"batchId":0}
+
+  ``path`` is the file's URI, ``timestamp`` its modification time (epoch ms UTC), ``batchId`` the
+  log offset ``k``. Every ``spark.sql.streaming.fileSource.log.compactInterval`` (default 10) log
+  offsets, ``(k + 1) % interval == 0``, the file is ``k.compact`` and holds the entries of every
+  log offset ``0..k`` (``compactLogs`` keeps all of them for a source); plain files before the
+  latest compaction may then be deleted (``fileSource.log.deletion``, after
+  ``minBatchesToRetain``). ``FileStreamSourceLog.get(k)`` reads file ``k`` (or ``k.compact``) and
+  keeps the entries whose ``batchId == k``; for a deleted file it searches a compact file.
+
+This module reads those files with the checkpoint's storage
+(:func:`watermark_ops.core.checkpoint.open_storage`: a local path or any fsspec URL). A corrupt or
+missing file is reported as a :class:`~watermark_ops.core.log_formats.ReadProblem` naming it and
+what was expected; nothing is ever changed or deleted.
+
+Pure core: imports neither Airflow nor Spark.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from watermark_ops.core.jsontext import loads
+from watermark_ops.core.log_formats import LogFileError, ReadProblem, split_log_file
+
+__all__ = [
+    "COMPACT_SUFFIX",
+    "SOURCE_LOG_MAX_VERSION",
+    "SourceFile",
+    "SourceLog",
+    "file_source_log_offset",
+    "parse_source_log",
+    "read_source_log",
+]
+
+#: ``FileStreamSourceLog.VERSION``.
+SOURCE_LOG_MAX_VERSION = 1
+#: ``CompactibleFileStreamLog.COMPACT_FILE_SUFFIX``.
+COMPACT_SUFFIX = ".compact"
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """One ``FileEntry`` of the file source's log.
+
+    :ivar path: the file's URI as Spark wrote it (``file:///...``, ``s3a://...``).
+    :ivar timestamp_ms: the file's modification time when the source listed it (epoch ms UTC).
+    :ivar log_offset: the source's log offset that added the file (the entry's ``batchId``).
+    """
+
+    path: str
+    timestamp_ms: int
+    log_offset: int
+
+
+def file_source_log_offset(offset: Any) -> int | None:
+    """The log offset of a source's line in ``offsets/N`` when it is a file source's
+    (``FileStreamSourceOffset``: ``{"logOffset": k}``, or a bare ``k``); None for any other
+    source's offset (Kafka's ``{"topic": {"0": 42}}``, a rate source's, ...)."""
+    if isinstance(offset, dict) and set(offset) == {"logOffset"}:
+        value = offset["logOffset"]
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+    if isinstance(offset, int) and not isinstance(offset, bool) and offset >= 0:
+        return offset
+    return None
+
+
+def parse_source_log(raw: bytes) -> list[SourceFile]:
+    """Parse the bytes of ``sources/<i>/<k>`` or ``<k>.compact`` (``CompactibleFileStreamLog.deserialize``).
+
+    :return: every entry in file order (a compact file holds many log offsets).
+    :raises LogFileError: ``empty``, ``binary``, ``bad_header``, ``unsupported_version``,
+        ``not_json`` or ``bad_field`` (a line that is not ``{"path": str, "timestamp": int,
+        "batchId": int}``, naming the line).
+    """
+    _, lines = split_log_file(raw, "file source log", SOURCE_LOG_MAX_VERSION)
+    entries = []
+    for number, line in enumerate(lines, start=2):
+        if not line.strip():
+            continue
+        try:
+            value = loads(line)
+        except json.JSONDecodeError as exc:
+            raise LogFileError("not_json", f"line {number} is not JSON ({exc.msg}): {line[:60]!r}; expected "
+                                           '{"path": ..., "timestamp": ..., "batchId": ...}') from None
+        if not (isinstance(value, dict) and isinstance(value.get("path"), str)
+                and _is_long(value.get("timestamp")) and _is_long(value.get("batchId")) and value["batchId"] >= 0):
+            raise LogFileError("bad_field", f"line {number}: expected a file entry "
+                                            f'{{"path": str, "timestamp": int, "batchId": int >= 0}}, got {line[:80]!r}')
+        entries.append(SourceFile(value["path"], value["timestamp"], value["batchId"]))
+    return entries
+
+
+def _is_long(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class SourceLog:
+    """The entries of the log offsets asked for, read from one ``sources/<i>`` folder.
+
+    :ivar folder: the folder as shown to people.
+    :ivar files: ``{log offset: (SourceFile, ...)}`` for every offset found (a log offset with no
+        file is absent, and named in ``problems``).
+    :ivar read_from: ``{log offset: the file its entries came from}`` (a plain file, or a compact
+        file when the plain one was compacted or deleted).
+    :ivar problems: unreadable, corrupt or missing log files, each naming the file and what was
+        expected.
+    """
+
+    folder: str
+    files: dict[int, tuple[SourceFile, ...]]
+    read_from: dict[int, str]
+    problems: tuple[ReadProblem, ...]
+
+
+def read_source_log(storage: Any, folder: str, log_offsets: Iterable[int]) -> SourceLog:
+    """Read the entries of ``log_offsets`` from the file source log at ``folder``.
+
+    For each log offset ``k``: the file ``k`` or ``k.compact`` when it exists (entries with
+    ``batchId == k``, as ``FileStreamSourceLog.get``), else the oldest compact file after ``k``
+    (which holds every entry up to its own offset). Each file is read once.
+
+    :param storage: from :func:`watermark_ops.core.checkpoint.open_storage`.
+    :param folder: ``<checkpoint path>/sources/<i>`` inside that storage.
+    :param log_offsets: the log offsets wanted (e.g. ``range(start + 1, end + 1)`` for a batch).
+    :return: a :class:`SourceLog`; never raises for bad content or a missing folder.
+    """
+    shown = storage.display(folder)
+    wanted = sorted(set(log_offsets))
+    problems: list[ReadProblem] = []
+    try:
+        names = storage.names(folder)
+    except FileNotFoundError:
+        names = []
+        if wanted:
+            problems.append(ReadProblem("missing", shown, "no file source log folder here: expected the files "
+                                                          f"of log offsets {wanted[0]}..{wanted[-1]}"))
+        return SourceLog(shown, {}, {}, tuple(problems))
+    except Exception as exc:  # noqa: BLE001 - permissions, network: reported, naming the folder
+        problems.append(ReadProblem("unreadable", shown, f"cannot list the folder: {exc!r}"))
+        return SourceLog(shown, {}, {}, tuple(problems))
+    plain: dict[int, str] = {}
+    compact: dict[int, str] = {}
+    for name in names:
+        stem, is_compact = (name[: -len(COMPACT_SUFFIX)], True) if name.endswith(COMPACT_SUFFIX) else (name, False)
+        if stem.isdigit() and stem.isascii():
+            (compact if is_compact else plain)[int(stem)] = f"{folder}/{name}"
+    chosen: dict[int, str] = {}
+    for k in wanted:
+        path = plain.get(k) or compact.get(k) or next((compact[c] for c in sorted(compact) if c > k), None)
+        if path is None:
+            problems.append(ReadProblem(
+                "missing", f"{shown}/{k}",
+                f"no file holds log offset {k}: expected {k} or {k}{COMPACT_SUFFIX}, or a later "
+                f"<n>{COMPACT_SUFFIX} (compaction), in the file source log"))
+        else:
+            chosen[k] = path
+    content = storage.read(sorted(set(chosen.values())))
+    parsed: dict[str, list[SourceFile] | None] = {}
+    for path in sorted(set(chosen.values())):
+        raw = content(path)
+        if isinstance(raw, Exception):
+            problems.append(ReadProblem("unreadable", storage.display(path), f"cannot read the file: {raw!r}"))
+            parsed[path] = None
+            continue
+        try:
+            parsed[path] = parse_source_log(raw)
+        except LogFileError as err:
+            problems.append(ReadProblem(err.kind, storage.display(path), err.message))
+            parsed[path] = None
+    files: dict[int, tuple[SourceFile, ...]] = {}
+    read_from: dict[int, str] = {}
+    for k, path in chosen.items():
+        entries = parsed[path]
+        if entries is None:
+            continue
+        own = tuple(e for e in entries if e.log_offset == k)
+        if not own and path.endswith(COMPACT_SUFFIX) and path != compact.get(k):
+            problems.append(ReadProblem(
+                "missing", storage.display(path),
+                f"log offset {k} has no plain file and this compact file holds no entry of it "
+                f"(expected entries with batchId {k})"))
+            continue
+        files[k] = own
+        read_from[k] = storage.display(path)
+    return SourceLog(shown, files, read_from, tuple(problems))
