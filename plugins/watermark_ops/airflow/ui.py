@@ -83,11 +83,13 @@ def create_app(roots: Callable[[], CheckpointRoots], known: Callable[[], list[Kn
             if address is None:
                 row = _not_under_roots(entry)
             else:
+                # A checkpoint named by its location is shown by its address: root/path.
+                shown = f"{address[0]}/{address[1]}" if entry["name"] == entry["checkpoint"] else entry["name"]
                 try:
-                    row = overview_row(entry["checkpoint"], _thresholds(entry), name=entry["name"],
+                    row = overview_row(entry["checkpoint"], _thresholds(entry), name=shown,
                                        missing_ok=entry.get("missing_ok", False), at_ms=at)
                 except Exception as exc:  # one checkpoint must never take the page down
-                    row = _failed_row(entry, exc)
+                    row = dict(_failed_row(entry, exc), name=shown)
                 row["url"] = f"{base(request)}/checkpoints/{address[0]}/{address[1]}"
             row["dag_ids"] = entry.get("dag_ids", [])
             out.append(row)
@@ -110,7 +112,8 @@ def create_app(roots: Callable[[], CheckpointRoots], known: Callable[[], list[Kn
 
         location = roots().locate(root, path)  # raises PathRefused before anything is read
         entry = _entry_for(known, roots(), location)
-        return checkpoint_detail(location, _thresholds(entry), name=entry.get("name") or path,
+        name = entry.get("name") if entry.get("name") not in (None, entry.get("checkpoint")) else f"{root}/{path}"
+        return checkpoint_detail(location, _thresholds(entry), name=name,
                                  landings=entry.get("landings", ()),
                                  chart_limit=DEFAULT_CHART_LIMIT if chart_limit is None else chart_limit)
 
