@@ -143,8 +143,14 @@ def run(spark, config: JobConfig) -> dict:
     :return: ``{"flight_windows": {"query_id", "batches": [progress records]},
         "flight_windows_quarantine": {...}}``; the records are those of this run (see
         ``streaming_driver`` for their shape).
+    In update output mode the windows go to ``config``'s upsert sink (:func:`windows_sink`);
+    Spark's progress then reports no sink row count (``output_rows`` null: ``ForeachBatchSink``
+    reports none), and ``state_rows_removed`` counts windows the watermark finalised and evicted,
+    not rows written.
+
     :raises pyspark.errors.StreamingQueryException: when a query failed (after recording its
-        batches and stopping the other query).
+        batches and stopping the other query); an ``upsert_sink.UpsertSinkError`` or a database
+        error raised in ``foreachBatch`` fails the windows query this way.
     """
     events = classified_events(spark, config.landing, config.max_files_per_trigger, config.max_event_time_ahead)
     plans = [
