@@ -10,6 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
 from pathlib import Path
 
 import duckdb
@@ -303,3 +309,72 @@ def test_the_dag_passes_its_output_mode_param_to_the_job():
                               output_mode=parsed.output_mode)
         assert config.output_mode == mode
         assert config.upsert_sink == (parsed.output + ".duckdb" if mode == "update" else None)
+
+
+@pytest.fixture(scope="module")
+def postgres_dsn():
+    """A PostgreSQL server of this test module on a free port of 127.0.0.1, started with the
+    deployment's own helpers (``deploy._postgres_bin``, ``deploy._database_user``: the machine's
+    server binaries, run as the ``postgres`` user under root), stopped by its PID afterwards."""
+    from watermark_ops.examples.deploy import _database_user, _postgres_bin
+
+    home = Path(tempfile.mkdtemp(prefix="wmo-upsert-pg-"))
+    home.chmod(0o755)  # PostgreSQL runs as its own user and must reach its data folder
+    data, sockets = home / "data", home / "sockets"
+    as_user = _database_user()
+    for path in (data, sockets):
+        path.mkdir()
+        if as_user:
+            shutil.chown(path, as_user["user"], as_user["group"])
+    data.chmod(0o700)
+    subprocess.run([_postgres_bin("initdb"), "-D", str(data), "-U", "upsert", "--auth=trust", "-E", "UTF8"],
+                   capture_output=True, text=True, check=True, **as_user)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen([_postgres_bin("postgres"), "-D", str(data), "-p", str(port),
+                               "-c", "listen_addresses=127.0.0.1", "-k", str(sockets)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **as_user)
+    try:
+        ready = [_postgres_bin("pg_isready"), "-h", "127.0.0.1", "-p", str(port), "-U", "upsert"]
+        for _ in range(60):
+            if subprocess.run(ready, capture_output=True).returncode == 0:
+                break
+            assert server.poll() is None, "PostgreSQL exited at start"
+            time.sleep(0.5)
+        yield f"postgresql://upsert@127.0.0.1:{port}/postgres"
+    finally:
+        server.send_signal(signal.SIGINT)  # PostgreSQL's fast shutdown
+        server.wait(timeout=60)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def test_update_mode_upserts_into_postgresql(spark, three_days, postgres_dsn, tmp_path):
+    """The same first day through ``--upsert-dsn``: PostgreSQL holds what the DuckDB file held
+    after run 1, and a re-applied batch id changes nothing there either."""
+    import psycopg2
+
+    _, _, _, snapshots, _, _ = three_days
+    config = fw.JobConfig(landing=str(tmp_path / "landing"), checkpoint=str(tmp_path / "ck"),
+                          output=str(tmp_path / "out"), output_mode="update", upsert_dsn=postgres_dsn)
+    assert config.upsert_sink is None
+    lander.land_interval(*_day(1), config.landing)
+    fw.run(spark, config)
+
+    def table() -> pd.DataFrame:
+        with psycopg2.connect(postgres_dsn) as con, con.cursor() as cursor:
+            cursor.execute(f"SELECT origin, (extract(epoch FROM window_start) * 1000)::bigint, departures, "
+                           f"mean_dep_delay, max_dep_delay, batch_id FROM {WINDOWS_TABLE}")
+            rows = cursor.fetchall()
+        return pd.DataFrame(rows, columns=[*KEY, "departures", "mean_dep_delay", "max_dep_delay", "batch_id"]
+                            ).sort_values(KEY, ignore_index=True)
+
+    written = table()
+    expected = snapshots[0][written.columns].sort_values(KEY, ignore_index=True)
+    pd.testing.assert_frame_equal(written, expected, check_dtype=False)
+    sink = UpsertSink(postgres_dsn, config.checkpoint)
+    assert sink.apply(1, [("EWR", 0, HOUR_MS, 1, 0.0, 0.0)]) is False  # batch 1 (the trailing batch) was applied
+    pd.testing.assert_frame_equal(table(), written)
+    with psycopg2.connect(postgres_dsn) as con, con.cursor() as cursor:
+        cursor.execute(f"SELECT query_id, batch_id, replays FROM {BATCHES_TABLE}")
+        assert cursor.fetchall() == [(checkpoint_query_id(config.checkpoint), 1, 1)]
