@@ -60,6 +60,10 @@ FLIGHT_WINDOWS_COMPLETE = Asset(name="flight_windows_complete", uri="file://" + 
                         "rows whose event time is later than the batch's processing time plus this, so one "
                         "future-dated record cannot move the watermark ahead for good (the jumped state). "
                         "Leave it off for a replay of past data such as 2013."),
+        "output_mode": Param("append", enum=["append", "update"],
+                             description="append: each window once, when the watermark passes its end (Parquet); "
+                                         "update: windows upserted every run and revised by late rows, into "
+                                         "<output>.duckdb, final once the watermark passes their end"),
     },
     tags=["watermark-ops", "spark"],
     doc_md=__doc__,
@@ -75,7 +79,7 @@ def flights_pipeline():
     run_job = SparkSubmitOperator(
         task_id=JOB,
         application=str(SPARK_JOBS_DIR / "flight_windows.py"),
-        py_files=",".join(str(SPARK_JOBS_DIR / f) for f in ("checkpoint_lock.py", "flight_inputs.py", "streaming_driver.py")),
+        py_files=",".join(str(SPARK_JOBS_DIR / f) for f in ("checkpoint_lock.py", "flight_inputs.py", "streaming_driver.py", "upsert_sink.py")),
         conn_id="spark_default",
         name=JOB,
         application_args=[
@@ -87,6 +91,7 @@ def flights_pipeline():
             "--run-tag", "{{ run_id }}",
             # One token, so that an empty value (off) reaches the job as "" instead of a dangling flag.
             "--max-event-time-ahead={{ params.max_event_time_ahead }}",
+            "--output-mode", "{{ params.output_mode }}",
         ],
         conf={
             "spark.sql.shuffle.partitions": "{{ params.shuffle_partitions }}",

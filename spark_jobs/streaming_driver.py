@@ -478,11 +478,13 @@ def land_tick(landing: str, checkpoint: str, batch_id: int) -> str:
 def run_queries(spark, plans, spark_trigger: str, run_tag: str | None,
                 tick_landing: str | None = None,
                 late_rules: dict[str, dict[str, Any] | None] | None = None) -> list[tuple[Any, list[dict[str, Any]]]]:
-    """Run (restart) append-mode Parquet queries once with one Spark trigger, recording progress.
+    """Run (restart) streaming queries once with one Spark trigger, recording progress.
 
-    :param plans: ``(name, streaming DataFrame, checkpoint, output path)`` per query; each is
-        started with ``queryName(name)``, its checkpoint and sink, and its batches are appended to
-        ``<checkpoint>.progress.jsonl``.
+    :param plans: ``(name, streaming DataFrame, checkpoint, output)`` per query; each is started
+        with ``queryName(name)`` and its checkpoint, and its batches are appended to
+        ``<checkpoint>.progress.jsonl``. ``output`` is a path (an append-mode Parquet sink) or a
+        function that takes that ``DataStreamWriter`` and returns it with its output mode and sink
+        set (e.g. update mode through ``foreachBatch``).
     :param spark_trigger: ``"availableNow"`` or ``"once"`` (see :func:`apply_spark_trigger`).
     :param run_tag: stamped on every progress record (the DAG's run id).
     :param tick_landing: a folder every query reads; under availableNow, when a checkpoint's
@@ -517,13 +519,11 @@ def _run_locked(spark, plans, spark_trigger: str, run_tag: str | None,
     queries = []
     try:
         for name, frame, checkpoint, output in plans:
-            writer = (
-                frame.writeStream.queryName(name)
-                .format("parquet")
-                .outputMode("append")
-                .option("checkpointLocation", checkpoint)
-                .option("path", output)
-            )
+            writer = frame.writeStream.queryName(name).option("checkpointLocation", checkpoint)
+            if callable(output):  # the job sets the output mode and sink itself (e.g. foreachBatch)
+                writer = output(writer)
+            else:
+                writer = writer.format("parquet").outputMode("append").option("path", output)
             query = apply_spark_trigger(writer, spark_trigger).start()
             recorder.register(query, progress_log_path(checkpoint), late_rules.get(name))
             queries.append(query)
