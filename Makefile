@@ -18,11 +18,13 @@ export PYSPARK_PYTHON := $(PY)
 # Logical dates (America/New_York midnights) that `make run` runs, one DAG run each.
 DATES ?= 2013-01-01 2013-01-02 2013-01-03
 
-.PHONY: venv run test bench up down clean
+.PHONY: venv run test bench up down clean screenshot
 venv: $(VENV)/.installed
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	@command -v java >/dev/null || { apt-get update -q && apt-get install -y -q openjdk-17-jre-headless; }
+	@# Debian's chromium for the UI's browser test and `make screenshot` (Playwright drives it; no browser download).
+	@test -x /usr/bin/chromium || { apt-get update -q && apt-get install -y -q chromium; }
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q "$$(grep '^uv==' requirements.txt)"
 	$(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY) -r requirements.txt
@@ -34,6 +36,10 @@ run: venv
 
 test: venv
 	$(PY) -m pytest
+
+# The README's pictures of the watermark pages (after `make run`): a real api-server, headless chromium.
+screenshot: venv
+	$(PY) -m watermark_ops.examples.flights.screenshot
 
 # Figures, not asserts (README "Performance"): the audit and a poke vs cat, DAG file imports,
 # availableNow vs batch over January, then all of 2013 per state store (about 15 minutes).
