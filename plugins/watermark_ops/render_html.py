@@ -99,15 +99,18 @@ _CHECKPOINT = """{% extends "layout" %}{% block body %}
 {{ chart|safe }}
 
 <h2>Audit findings</h2>
+{% set findings = d.audit.findings[:findings_limit] %}
+{% if d.audit.findings|length > findings|length %}<p class="muted" id="findings-note">Showing the first {{ findings|length }} of {{ d.audit.findings|length }} findings (errors first; the JSON has them all).</p>{% endif %}
 {% if d.audit.findings %}<table id="findings"><tr><th>severity</th><th>rule</th><th>batch</th><th>file</th><th>message</th></tr>
-{% for f in d.audit.findings %}<tr class="{{ 'bad' if f.severity == 'error' else '' }}">
+{% for f in findings %}<tr class="{{ 'bad' if f.severity == 'error' else '' }}">
 <td><span class="badge {{ severity_class(f.severity) }}">{{ f.severity }}</span></td><td class="rule">{{ f.rule }}</td>
 <td class="num">{{ f.batch_id if f.batch_id is not none else '-' }}</td><td><code>{{ f.file or '-' }}</code></td><td>{{ f.message }}</td></tr>
 {% endfor %}</table>{% else %}<p id="findings">No findings: the watermark never moved backwards in the {{ d.chart.total }} batches retained.</p>{% endif %}
 
 <h2>Rows dropped as late, per run</h2>
-{% if d.runs %}<table id="runs"><tr><th>run</th><th>tag</th><th>started (UTC)</th><th>batches</th><th>input rows</th><th>dropped by the watermark</th><th>drop rate</th></tr>
-{% for run in d.runs %}<tr><td class="num">{{ loop.index }}</td><td><code>{{ run.run_tag or run.run_id[:8] }}</code></td><td>{{ iso(run.started_ms) or '-' }}</td>
+{% set runs = d.runs[-runs_limit:] %}{% set first_run = d.runs|length - runs|length %}
+{% if d.runs %}{% if first_run %}<p class="muted" id="runs-note">Showing the newest {{ runs|length }} of {{ d.runs|length }} runs.</p>{% endif %}<table id="runs"><tr><th>run</th><th>tag</th><th>started (UTC)</th><th>batches</th><th>input rows</th><th>dropped by the watermark</th><th>drop rate</th></tr>
+{% for run in runs %}<tr><td class="num">{{ first_run + loop.index }}</td><td><code>{{ run.run_tag or run.run_id[:8] }}</code></td><td>{{ iso(run.started_ms) or '-' }}</td>
 <td>{% if run.batch_ids %}{{ run.batch_ids[0] }}–{{ run.batch_ids[-1] }}{% else %}none{% endif %}</td>
 <td class="num">{{ run.input_rows }}</td><td class="num">{{ run.rows_dropped_by_watermark }}</td><td class="num">{{ percent(run.drop_rate) }}</td></tr>
 {% endfor %}</table><p class="muted">Spark's count (<code>numRowsDroppedByWatermark</code>): for an aggregation it counts late partial aggregates, not rows. From <code>{{ d.progress_log }}</code>.</p>
@@ -164,13 +167,20 @@ def overview_page(rows: list[dict[str, Any]], *, base: str, roots: dict[str, str
         title="Watermarks", rows=rows, base=base, roots=roots, evaluated_at=evaluated_at)
 
 
-def checkpoint_page(detail: dict[str, Any], *, base: str, json_url: str) -> str:
+#: The newest runs the late-rows table lists, and the findings the findings table lists (errors
+#: first); the JSON has them all.
+RUNS_LIMIT = 100
+FINDINGS_LIMIT = 200
+
+
+def checkpoint_page(detail: dict[str, Any], *, base: str, json_url: str, runs_limit: int = RUNS_LIMIT) -> str:
     """A checkpoint's page (:func:`watermark_ops.core.overview.checkpoint_detail`'s dict): head,
-    state and reasons, the chart, the audit's findings with their files, late rows per run, advice."""
+    state and reasons, the chart, the audit's findings with their files, late rows per run (the
+    newest ``runs_limit``), advice."""
     classification = detail.get("classification")
     return _environment().get_template("checkpoint").render(
         title=f"Watermark of {detail['name']}", d=detail, s=detail["status"], c=classification, base=base,
-        json_url=json_url, chart=watermark_chart_svg(detail["chart"], detail["status"].get("in_flight_batch")))
+        json_url=json_url, runs_limit=runs_limit, findings_limit=FINDINGS_LIMIT, chart=watermark_chart_svg(detail["chart"], detail["status"].get("in_flight_batch")))
 
 
 def error_page(title: str, message: str, *, base: str) -> str:

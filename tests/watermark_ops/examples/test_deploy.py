@@ -84,6 +84,9 @@ def test_unauthenticated_requests_are_refused(deployment):
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(urls["airflow"] + f"/api/v2/dags/{DAG}", timeout=30)
     assert refused.value.code == 401
+    with pytest.raises(urllib.error.HTTPError) as refused:  # the plugin's pages too
+        urllib.request.urlopen(urls["airflow"] + "/watermark-ops/api/checkpoints", timeout=30)
+    assert refused.value.code == 401
 
 
 def test_the_scheduler_runs_three_days_on_the_cluster_and_survives_a_killed_worker(deployment, spark):
@@ -152,6 +155,13 @@ def test_the_scheduler_runs_three_days_on_the_cluster_and_survives_a_killed_work
     # Completeness: one asset event per run.
     events = api.get("/api/v2/assets/events?source_dag_id=" + DAG)["asset_events"]
     assert len([e for e in events if e["extra"].get("watermark_ms")]) == 3, events
+    # The watermark page of the deployment's api-server (the plugin) shows the checkpoint and its three runs.
+    page = api.get("/watermark-ops/api/checkpoints/runtime/flight_windows")
+    assert page["audit"]["status"] == "ok" and page["state"] in ("advancing", "idle"), page["audit"]
+    assert {run["run_tag"] for run in page["runs"]} == {run["dag_run_id"] for run in runs}
+    assert len(page["chart"]["restarts"]) == len(page["runs"]) >= 3
+    rows = {row["name"]: row for row in api.get("/watermark-ops/api/checkpoints")["checkpoints"]}
+    assert rows["flight_windows"]["audit_status"] == "ok" and rows["flight_windows"]["error"] is None
     print(f"killed {killed} while batch 4 was in flight; the run succeeded on the other worker")
     lost = [line.split('"event":"')[-1][:160] for path in Path(deploy.folder(), "airflow", "logs").rglob("*.log")
             for line in open(path) if "Lost task" in line or "Lost executor" in line]

@@ -94,6 +94,21 @@ def time_breakdown(env: dict[str, str], run_tag: str, records: list[dict]) -> di
             "spark stop": max(0.0, end - start - before - in_batches)}
 
 
+def _ledger(locations: dict[str, str], run_tag: str | None) -> dict[str, str]:
+    """The run's late flights (the ledger) and its balance, as table cells; empty without a run."""
+    if run_tag is None:
+        return {}
+    from watermark_ops.core.ledger import reconcile_run
+
+    try:
+        found = reconcile_run(locations["checkpoint"], run_tag)
+    except (OSError, ValueError) as exc:
+        return {"rows_late": f"unreadable: {exc}"}
+    balance = (f"{found['rows_in']} = {found['rows_aggregated']} + {found['rows_late']} + {found['rows_quarantined']}"
+               if found["balanced"] else f"NO: {found['problems'][:1] or found['rows_in']}")
+    return {"rows_late": str(found["rows_late"]), "balance": balance}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run flights_pipeline for consecutive days and report each run.")
     parser.add_argument("days", nargs="*", default=list(DEFAULT_DAYS), help="interval start days, YYYY-MM-DD")
@@ -109,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     locations = job_locations(JOB)
     if not args.keep:
         for path in (locations["landing"], locations["checkpoint"], locations["checkpoint"] + "_quarantine",
-                     locations["output"], locations["output"] + "_quarantine"):
+                     locations["output"], locations["output"] + "_quarantine", locations["output"] + "_late"):
             shutil.rmtree(path, ignore_errors=True)
         for path in (locations["progress_log"], progress_log_path(locations["checkpoint"] + "_quarantine")):
             Path(path).unlink(missing_ok=True)
@@ -123,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
 
     table = Table(title=f"{DAG_ID}: one restart of the {JOB} query per data interval")
     for column in ("data interval (New York days)", "batches", "input rows", "quarantined",
-                   "watermark after run (UTC)", "windows emitted", "late dropped*", "seconds"):
+                   "watermark after run (UTC)", "windows emitted", "late groups*", "late flights†", "balanced‡",
+                   "seconds"):
         table.add_column(column)
     seen_tags: set[str] = set()
     timing = Table(title="Where each run's time went (seconds)")
@@ -144,12 +160,14 @@ def main(argv: list[str] | None = None) -> int:
         run = summarize_run([r for r in windows.records if r["run_tag"] in new_tags])
         bad = summarize_run([r for r in quarantine.records if r["run_tag"] in new_tags])
         status = "" if code == 0 else " [red](DAG run failed)"
+        ledger = _ledger(locations, next(iter(new_tags), None))
         table.add_row(
             f"{start.to_date_string()} → {end.to_date_string()}{status}",
             ", ".join(map(str, run["batch_ids"])) or "none (no new input)",
             str(run["input_rows"]), str(bad["quarantined_rows"]),
             iso_utc(run["last_watermark_ms"]) or "-", str(run["windows_emitted"]),
-            str(run["rows_dropped_by_watermark"]), f"{seconds:.0f}",
+            str(run["rows_dropped_by_watermark"]), ledger.get("rows_late", "-"),
+            ledger.get("balance", "-"), f"{seconds:.0f}",
         )
         spent = time_breakdown(env, next(iter(new_tags), ""), [r for r in windows.records if r["run_tag"] in new_tags])
         if spent:
@@ -171,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     console.print(
         "* Spark's numRowsDroppedByWatermark: counted after partial aggregation, i.e. late "
         "(window, airport, partition) groups rather than single flights.\n"
+        "† the late-row ledger (watermark-ops late): every flight the run's batches dropped as late.\n"
+        "‡ input rows = aggregated + late + quarantined.\n"
         f"Checkpoint: {locations['checkpoint']}   windows: {locations['output']}   "
         f"total {time.monotonic() - started:.0f} s\n"
         f"Each run was audited (task audit_checkpoint); audit it yourself with\n"
