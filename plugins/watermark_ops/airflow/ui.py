@@ -4,8 +4,9 @@ Routes (under the mount prefix, ``/watermark-ops`` in ``plugins/watermark_ops_ui
 
     GET /                                   overview: every known checkpoint, problems first (HTML)
     GET /api/checkpoints                    the same rows as JSON
-    GET /checkpoints/{root}/{path}          one checkpoint's page (HTML)
-    GET /api/checkpoints/{root}/{path}      the same data as JSON
+    GET /checkpoints/{root}/{path}[?limit=N]     one checkpoint's page (HTML); the chart draws the
+                                                 newest N batches (default 500, 0: all)
+    GET /api/checkpoints/{root}/{path}[?limit=N] the same data as JSON
     GET /dags/{dag_id}[?task_id=...]        the page of the checkpoint a DAG runs (the link from
                                             the DAG and task-instance views); else the overview
 
@@ -73,7 +74,10 @@ def create_app(roots: Callable[[], CheckpointRoots], known: Callable[[], list[Kn
         from watermark_ops.core.times import iso_utc, now_ms
 
         at = now_ms()
-        checkpoint_roots = roots()
+        try:
+            checkpoint_roots = roots()
+        except ValueError as exc:  # a bad checkpoint_roots option: one row names it, nothing is read
+            return [_error_row("checkpoint roots", str(exc))], CheckpointRoots({}), iso_utc(at)
         out = []
         for entry in _known_or_error(known):
             if entry.get("config_error"):  # the config itself cannot be read: one row says so
@@ -107,22 +111,24 @@ def create_app(roots: Callable[[], CheckpointRoots], known: Callable[[], list[Kn
         found, checkpoint_roots, at = rows(request)
         return JSONResponse({"evaluated_at": at, "roots": checkpoint_roots.roots, "checkpoints": found})
 
-    def detail(root: str, path: str) -> dict[str, Any]:
+    def detail(root: str, path: str, limit: int | None) -> dict[str, Any]:
         from watermark_ops.core.overview import DEFAULT_CHART_LIMIT, checkpoint_detail
 
-        location = roots().locate(root, path)  # raises PathRefused before anything is read
-        entry = _entry_for(known, roots(), location)
+        checkpoint_roots = roots()
+        location = checkpoint_roots.locate(root, path)  # raises PathRefused before anything is read
+        entry = _entry_for(known, checkpoint_roots, location)
         name = entry.get("name") if entry.get("name") not in (None, entry.get("checkpoint")) else f"{root}/{path}"
-        return checkpoint_detail(location, _thresholds(entry), name=name,
-                                 landings=entry.get("landings", ()),
-                                 chart_limit=DEFAULT_CHART_LIMIT if chart_limit is None else chart_limit)
+        if limit is None:
+            limit = DEFAULT_CHART_LIMIT if chart_limit is None else chart_limit
+        return checkpoint_detail(location, _thresholds(entry), name=name, landings=entry.get("landings", ()),
+                                 chart_limit=max(0, limit))
 
     @app.get("/checkpoints/{root}/{path:path}", response_class=HTMLResponse)
-    def checkpoint(request: Request, root: str, path: str) -> Response:
+    def checkpoint(request: Request, root: str, path: str, limit: int | None = None) -> Response:
         from watermark_ops.render_html import checkpoint_page, error_page
 
         try:
-            data = detail(root, path)
+            data = detail(root, path, limit)
         except PathRefused as exc:
             return HTMLResponse(error_page("Checkpoint not shown", exc.reason, base=base(request)), exc.status)
         except Exception as exc:  # unreadable storage: say so on the page
@@ -131,9 +137,9 @@ def create_app(roots: Callable[[], CheckpointRoots], known: Callable[[], list[Kn
                                             json_url=f"{base(request)}/api/checkpoints/{root}/{path}"))
 
     @app.get("/api/checkpoints/{root}/{path:path}")
-    def checkpoint_json(root: str, path: str) -> Response:
+    def checkpoint_json(root: str, path: str, limit: int | None = None) -> Response:
         try:
-            data = detail(root, path)
+            data = detail(root, path, limit)
         except PathRefused as exc:
             return JSONResponse({"detail": exc.reason}, exc.status)
         except Exception as exc:
@@ -142,7 +148,11 @@ def create_app(roots: Callable[[], CheckpointRoots], known: Callable[[], list[Kn
 
     @app.get("/dags/{dag_id}")
     def for_dag(request: Request, dag_id: str, task_id: str | None = None) -> Response:
-        checkpoint_roots = roots()
+        # task_id comes with the task-instance tab's link; every task of a DAG shares its job's checkpoint.
+        try:
+            checkpoint_roots = roots()
+        except ValueError:
+            return RedirectResponse(f"{base(request)}/", 307)  # the overview names the bad option
         for entry in _known_or_error(known):
             if dag_id in entry.get("dag_ids", ()) and "checkpoint" in entry:
                 address = checkpoint_roots.address(entry["checkpoint"])
@@ -157,8 +167,12 @@ def _known_or_error(known: Callable[[], list[Known]]) -> list[dict[str, Any]]:
     try:
         return list(known())
     except Exception as exc:  # a broken config file: one row names it, the page still renders
-        return [dict(empty_row("", "watermark monitor config"), url=None, dag_ids=[], error=str(exc), rank=0,
-                     config_error=True)]
+        return [_error_row("watermark monitor config", str(exc))]
+
+
+def _error_row(name: str, error: str) -> dict[str, Any]:
+    """An overview row for a configuration that cannot be read (ranked first)."""
+    return dict(empty_row("", name), url=None, dag_ids=[], error=error, rank=0, config_error=True)
 
 
 def _thresholds(entry: Known):

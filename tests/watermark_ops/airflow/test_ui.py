@@ -243,3 +243,17 @@ def test_the_pages_write_nothing(client, ui):
     for path in ("/watermark-ops/", "/watermark-ops/checkpoints/test/real", "/watermark-ops/checkpoints/test/regressed"):
         assert client.get(path).status_code == 200
     assert listing() == before
+
+
+def test_the_chart_limit_is_a_query_parameter(client):
+    chart = client.get("/watermark-ops/api/checkpoints/test/big?limit=20").json()["chart"]
+    assert chart["shown"] == 20 and chart["first_shown_batch_id"] == 9_980
+    assert client.get("/watermark-ops/api/checkpoints/test/big?limit=0").json()["chart"]["shown"] == 10_000
+    assert client.get("/watermark-ops/api/checkpoints/test/big?limit=many").status_code == 422
+
+
+def test_bad_checkpoint_roots_are_named_on_the_page(client, monkeypatch):
+    monkeypatch.setenv("AIRFLOW__WATERMARK_OPS__CHECKPOINT_ROOTS", "[not an object")
+    reply = client.get("/watermark-ops/")
+    assert reply.status_code == 200 and "checkpoint_roots" in reply.text
+    assert client.get("/watermark-ops/checkpoints/test/real").status_code == 200  # an error page, not a 500
