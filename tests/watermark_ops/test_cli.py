@@ -133,11 +133,11 @@ def test_console_script_and_python_m(history):
     assert by_module.returncode == 0 and json.loads(by_module.stdout)["status"] == "ok"
 
 
-def test_the_three_subcommands_and_their_help(capsys):
+def test_the_four_subcommands_and_their_help(capsys):
     with pytest.raises(SystemExit) as exited:
         cli.main(["nonsense"])
     assert exited.value.code == 2
-    assert "(choose from 'audit', 'status', 'lateness')" in capsys.readouterr().err
+    assert "(choose from 'audit', 'status', 'lateness', 'late')" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exited:
         cli.main(["status", "--help"])
     assert exited.value.code == 0 and "--max-lag" in capsys.readouterr().out
