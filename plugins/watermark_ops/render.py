@@ -242,7 +242,8 @@ def _thresholds_line(t: Thresholds) -> str:
     return (f"idle after {_words(t.idle_after)}, max idle {_words(t.max_idle) if t.max_idle else 'off'}, "
             f"max lag {_words(t.max_lag) if t.max_lag else 'off'}, max skew "
             f"{_words(t.max_skew) if t.max_skew else 'off'}, stall after {t.stall_batches} data batches"
-            f" or {_words(t.stall_window) if t.stall_window else 'no window'}")
+            f" or {_words(t.stall_window) if t.stall_window else 'no window'}, max partition skew "
+            f"{_words(t.max_partition_skew) if t.max_partition_skew else 'off'}")
 
 
 def _evidence_rows(c: Classification) -> list[tuple[str, str]]:
@@ -265,7 +266,31 @@ def _evidence_rows(c: Classification) -> list[tuple[str, str]]:
     for item in c.inputs:
         rows.append((f"input {item['source']}", f"offset {item['offset']}, last advanced in batch "
                                                 f"{item['last_advanced_batch']}" + (f" ({item['description']})" if item["description"] else "")))
+    rows.extend(_partition_rows(c.partition_skew))
     rows.append(("thresholds", _thresholds_line(c.thresholds)))
+    return rows
+
+
+def _partition_rows(skew: Any) -> list[tuple[str, str]]:
+    """One evidence row per partition (:class:`~watermark_ops.core.partition_skew.PartitionSkew`):
+    its newest event time so far, the batch that saw it, how far it trails the leader, late rows when counted."""
+    if skew is None:
+        return []
+    trailing = {p.partition for p in skew.trailing}
+    rows = []
+    for p in skew.partitions:
+        if p.event_time_max_ms is None:
+            text = "no row in the batches read"
+        else:
+            gap = ("leader" if p.partition == skew.leader
+                   else f"{duration_words(p.behind_leader_ms)} behind the leader {skew.leader}")
+            over = (f" (over max partition skew {duration_words(skew.max_partition_skew_ms)})"
+                    if p.partition in trailing else "")
+            text = (f"newest event time {iso_utc(p.event_time_max_ms)} (batch {p.max_batch_id}), {gap}{over}; "
+                    f"last rows in batch {p.last_data_batch_id}")
+        if p.late_rows is not None:
+            text += f"; {p.late_rows} late rows"
+        rows.append((f"{skew.column} {p.partition}", text))
     return rows
 
 
@@ -280,6 +305,8 @@ def print_classification(c: Classification, console: Any) -> None:
         console.print(f"  - {reason}", highlight=False, markup=False)
     for hint in c.hints:
         console.print(f"  hint: {hint}", highlight=False, markup=False)
+    for warning in c.warnings:
+        console.print(f"  warning: {warning}", highlight=False, markup=False, style="yellow")
     table = Table(title="Evidence", title_justify="left", show_header=False)
     table.add_column(style="bold")
     table.add_column(overflow="fold")
