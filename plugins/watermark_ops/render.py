@@ -377,8 +377,10 @@ def print_lateness_report(report: LatenessReport, console: Any) -> None:
 
 def print_late_ledger(ledger: LateLedger, console: Any) -> None:
     """Print a late-row ledger as a rich table: per batch id, rows read, late, quarantined, the
-    watermark missed (ISO-8601 UTC and ms), the worst lateness and late rows per origin airport;
-    then the totals against Spark's count, the sources it cannot replay and the problems."""
+    watermark missed (ISO-8601 UTC and ms), the worst lateness and late rows per origin airport
+    (with how far that origin trailed the leading one's event time entering the batch); then the
+    totals against Spark's count, each origin's newest event time, skew and late rows, the
+    sources it cannot replay and the problems."""
     from rich.table import Table
 
     document = ledger.to_dict()
@@ -393,7 +395,10 @@ def print_late_ledger(ledger: LateLedger, console: Any) -> None:
                           "-" if batch["watermark_ms"] is None else str(batch["watermark_ms"]), "-",
                           "[yellow]not replayed[/]", "-")
             continue
-        origins = ", ".join(f"{name} {rows}" for name, rows in batch["late_by_origin"].items())
+        behind = batch["behind_leader_before_ms"] or {}
+        origins = ", ".join(
+            f"{name} {rows}" + (f" (trailed {signed_duration(behind[name])[1:]})" if behind.get(name) else "")
+            for name, rows in batch["late_by_origin"].items())
         table.add_row(
             str(batch["batch_id"]), str(batch["rows_read"]),
             f"[bold]{batch['rows_late']}[/]" if batch["rows_late"] else "0",
@@ -410,6 +415,12 @@ def print_late_ledger(ledger: LateLedger, console: Any) -> None:
     if not document["batches"]:
         table.caption = "no batch to replay"
     console.print(table)
+    if ledger.partition_skew is not None:  # which partition (airport) trailed, and what it lost
+        console.print(f"Event-time skew per {ledger.partition_skew.column} through batch "
+                      f"{ledger.partition_skew.last_batch_id} (\"trailed\" above: behind the leader entering the batch):",
+                      highlight=False)
+        for label, text in _partition_rows(ledger.partition_skew):
+            console.print(f"  {label}: {text}", highlight=False, markup=False)
     for source in document["not_replayable"]:
         console.print(f"[yellow]not replayable:[/] source {source['source']} ({source['description'] or 'unknown'}): "
                       f"offset {source['offset']} is not a file source's logOffset, its rows cannot be read back "
