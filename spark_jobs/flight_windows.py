@@ -53,7 +53,14 @@ from dataclasses import dataclass
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # flight_inputs, streaming_driver, in client mode
 
 from flight_inputs import check_interval, classified_events, quarantined  # noqa: E402
-from streaming_driver import add_run_arguments, execute, late_rule, run_driver, run_queries  # noqa: E402
+from streaming_driver import (  # noqa: E402
+    add_run_arguments,
+    execute,
+    late_rule,
+    observe_partition_event_times,
+    run_driver,
+    run_queries,
+)
 from upsert_sink import UpsertSink  # noqa: E402
 
 QUERY_NAME = "flight_windows"
@@ -61,6 +68,8 @@ QUARANTINE_QUERY_NAME = "flight_windows_quarantine"
 WINDOW_DURATION = "1 hour"
 DEFAULT_DELAY_THRESHOLD = "2 hours"
 OUTPUT_MODES = ("append", "update")
+#: The origin airports of the lander's flights: they share one watermark, so their event-time skew is recorded.
+ORIGINS = ("EWR", "JFK", "LGA")
 
 
 @dataclass
@@ -113,12 +122,16 @@ def hourly_windows(events, delay_threshold: str):
 
     Output columns: ``origin, window_start, window_end`` (timestamps, UTC), ``departures``,
     ``mean_dep_delay`` and ``max_dep_delay`` (minutes).
+
+    Each micro-batch's newest event time per origin is observed (``Dataset.observe``, see
+    ``streaming_driver.observe_partition_event_times``) and lands in the progress log as
+    ``event_time_max_ms_by_partition``; the output is unchanged.
     """
     from pyspark.sql import functions as F
 
+    good = events.where(F.col("reason").isNull()).select("origin", "event_time", "dep_delay")
     return (
-        events.where(F.col("reason").isNull())
-        .select("origin", "event_time", "dep_delay")
+        observe_partition_event_times(good, "origin", ORIGINS)  # per-origin skew; a pass-through node
         .withWatermark("event_time", delay_threshold)
         .groupBy(F.window("event_time", WINDOW_DURATION), F.col("origin"))
         .agg(

@@ -32,6 +32,8 @@ appended to ``<checkpoint>.progress.jsonl`` (beside the checkpoint). One line pe
      "state_rows": int,           # rows held in the state store after the batch
      "duration_ms": {"triggerExecution": int, ...},
      "observed_metrics": {name: {metric: value}},  # Dataset.observe metrics of the batch
+     "partition_column": str | null,  # e.g. "origin": the column event times are kept apart by, see below
+     "event_time_max_ms_by_partition": {value: int | null} | null,  # newest event time per partition
      "sources": [{"description": str, "start_offset": ..., "end_offset": ..., "input_rows": int}],
      "spark_trigger": "availableNow" | "once",
      "requested_conf": {key: value},  # what this run's session asked for, of FROZEN_CONFS
@@ -53,6 +55,14 @@ The watermark is the batch's ``batchWatermarkMs`` (offsets/N), all instants epoc
 ``max_event_time_ahead_ms`` is the job's ``--max-event-time-ahead`` (null: off), which decides
 which rows are quarantined before they reach the watermark. A query without a watermark (the
 quarantine queries) records null. :func:`late_rule` builds the dict.
+
+``event_time_max_ms_by_partition`` is the newest event time (epoch ms UTC) of the batch's rows per
+value of ``partition_column`` (``{"EWR": ms, "JFK": ms, "LGA": ms}``; null: no row of it in the
+batch), the skew Spark's one ``eventTime.max`` hides: all partitions share one watermark, so the
+rows of a partition that trails the others are the ones dropped as late. A job records it by
+wrapping its watermarked input in :func:`observe_partition_event_times` (``Dataset.observe``, no
+change to the plan's output or state); :func:`progress_record` copies the metric out of the
+batch's ``StreamingQueryProgress.observedMetrics``. Both fields are null for a query that does not.
 
 ``rows_dropped_by_watermark`` is Spark's own metric, counted at the stateful operator's input: for
 an aggregation that input is already partially aggregated, so it counts late *groups* (one per
@@ -207,14 +217,63 @@ def late_rule(kind: str, event_time: str | list[str], delay_threshold: str | lis
     return rule
 
 
+#: ``Dataset.observe`` name prefix of :func:`observe_partition_event_times`: ``event_time_max_ms_by_<column>``.
+PARTITION_METRICS_PREFIX = "event_time_max_ms_by_"
+#: The partition under which rows of a value not named to :func:`observe_partition_event_times` are observed.
+OTHER_PARTITION = "(other)"
+
+
+def observe_partition_event_times(frame, column: str, partitions, event_time: str = "event_time"):
+    """``frame`` with the newest event time per value of ``column`` observed in every micro-batch.
+
+    ``Dataset.observe(f"event_time_max_ms_by_{column}", ...)`` with one aggregate per partition,
+    ``max(unix_millis(event_time))`` over the batch's rows whose ``column`` equals it (a long,
+    epoch ms UTC; null when the batch has no such row), plus :data:`OTHER_PARTITION` for rows of
+    any other non-null value, so a partition nobody named is not hidden. Spark reports the values
+    after each micro-batch in ``StreamingQueryProgress.observedMetrics``, which
+    :func:`progress_record` turns into the progress log's ``event_time_max_ms_by_partition``.
+
+    ``observe`` adds a pass-through node (``CollectMetrics``): rows, output, watermark and state
+    are those of the plan without it. Put it before ``withWatermark`` so that it sees every row
+    the watermark operator sees, late rows included (as Spark's own ``eventTime.max``).
+
+    :param frame: a streaming DataFrame with ``column`` and ``event_time`` (a timestamp column).
+    :param partitions: the values to keep apart (e.g. ``("EWR", "JFK", "LGA")``), non-empty.
+    :raises ValueError: for no partitions, or a partition named like :data:`OTHER_PARTITION`.
+    """
+    from pyspark.sql import functions as F
+
+    partitions = list(partitions)
+    if not partitions or OTHER_PARTITION in partitions:
+        raise ValueError(f"expected partition values (not {OTHER_PARTITION!r}), got {partitions!r}")
+    millis = F.unix_millis(F.col(event_time))
+    metrics = [F.max(F.when(F.col(column) == value, millis)).alias(value) for value in partitions]
+    metrics.append(F.max(F.when(~F.col(column).isin(partitions), millis)).alias(OTHER_PARTITION))
+    return frame.observe(PARTITION_METRICS_PREFIX + column, *metrics)
+
+
+def _partition_event_times(observed: dict[str, Any]) -> tuple[str | None, dict[str, int | None] | None]:
+    """``(partition column, {partition: newest event time ms or None})`` of a batch's observed
+    metrics (:func:`observe_partition_event_times`), ``(None, None)`` without them; the
+    :data:`OTHER_PARTITION` entry only when some row had another value."""
+    for name, values in sorted(observed.items()):
+        if name.startswith(PARTITION_METRICS_PREFIX) and isinstance(values, dict):
+            times = {str(k): (None if v is None else int(v)) for k, v in values.items()
+                     if not (k == OTHER_PARTITION and v is None)}
+            return name[len(PARTITION_METRICS_PREFIX):], times
+    return None, None
+
+
 def progress_record(progress: dict[str, Any], run_tag: str | None, spark_trigger: str,
                     requested_conf: dict[str, str] | None = None,
                     late_rule: dict[str, Any] | None = None) -> dict[str, Any]:
     """Reduce one ``StreamingQueryProgress`` JSON (a dict) to the progress-log line shape above;
-    ``late_rule`` is the query's (:func:`late_rule`), None for a query without a watermark."""
+    ``late_rule`` is the query's (:func:`late_rule`), None for a query without a watermark;
+    ``event_time_max_ms_by_partition`` comes from ``observedMetrics`` (:func:`observe_partition_event_times`)."""
     event_time = progress.get("eventTime") or {}
     operators = progress.get("stateOperators") or []
     sink = progress.get("sink") or {}
+    partition_column, partition_times = _partition_event_times(progress.get("observedMetrics") or {})
     return {
         "query_id": str(progress.get("id")),
         "run_id": str(progress.get("runId")),
@@ -234,6 +293,8 @@ def progress_record(progress: dict[str, Any], run_tag: str | None, spark_trigger
         "state_rows": sum(int(op.get("numRowsTotal") or 0) for op in operators),
         "duration_ms": progress.get("durationMs") or {},
         "observed_metrics": progress.get("observedMetrics") or {},
+        "partition_column": partition_column,
+        "event_time_max_ms_by_partition": partition_times,
         "sources": [
             {
                 "description": s.get("description"),

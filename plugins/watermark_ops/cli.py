@@ -6,6 +6,7 @@ Subcommands (this module owns every one of them: arguments here, the work in
     watermark-ops audit CHECKPOINT [--json] [--state FILE] [--limit N]
     watermark-ops status CHECKPOINT [--json] [--at ISO-8601-INSTANT] [--max-lag PT6H|none] [--max-idle P1D]
                          [--idle-after PT15M] [--max-skew PT5M] [--stall-window PT1H] [--stall-batches 3]
+                         [--max-partition-skew PT2H|none]
     watermark-ops lateness CHECKPOINT [--json] [--landing DIR ...] [--event-time-field F]
     watermark-ops late CHECKPOINT [--json] [--sink DIR] [--batch N ...]
 
@@ -19,7 +20,8 @@ state file) cannot be read and nothing is violated.
 
 ``status`` prints the head (query id, head batch, the watermark the next batch starts from, the
 in-flight batch) and the stall classification at ``--at`` (default now) with the thresholds as
-flags (``--json`` adds ``state`` and ``classification``). It reads what a sensor poke reads
+flags (``--json`` adds ``state`` and ``classification``), and each partition's newest event time
+and how far it trails the leading partition, with a warning past ``--max-partition-skew``. It reads what a sensor poke reads
 (:func:`watermark_ops.core.stall.read_recent`): the newest batches and the end of the progress
 log, so its cost does not grow with the checkpoint's history (``classification.history`` says
 what was left unread; ``audit`` reads everything). Exit 2 when the checkpoint or its head
@@ -121,6 +123,8 @@ _FLAG_HELP = {
     "max_lag": "latest batch time - watermark above this -> lagging ('none' disables)",
     "max_skew": "watermark ahead of the latest batch time by more than this -> jumped ('none' disables)",
     "stall_window": "data batches over this much time without a watermark move -> stalled ('none': count only)",
+    "max_partition_skew": "a partition (e.g. origin airport) whose newest event time trails the leading one's by more "
+                          "than this -> a warning, not a state ('none' disables)",
 }
 
 

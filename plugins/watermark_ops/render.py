@@ -242,7 +242,8 @@ def _thresholds_line(t: Thresholds) -> str:
     return (f"idle after {_words(t.idle_after)}, max idle {_words(t.max_idle) if t.max_idle else 'off'}, "
             f"max lag {_words(t.max_lag) if t.max_lag else 'off'}, max skew "
             f"{_words(t.max_skew) if t.max_skew else 'off'}, stall after {t.stall_batches} data batches"
-            f" or {_words(t.stall_window) if t.stall_window else 'no window'}")
+            f" or {_words(t.stall_window) if t.stall_window else 'no window'}, max partition skew "
+            f"{_words(t.max_partition_skew) if t.max_partition_skew else 'off'}")
 
 
 def _evidence_rows(c: Classification) -> list[tuple[str, str]]:
@@ -265,7 +266,31 @@ def _evidence_rows(c: Classification) -> list[tuple[str, str]]:
     for item in c.inputs:
         rows.append((f"input {item['source']}", f"offset {item['offset']}, last advanced in batch "
                                                 f"{item['last_advanced_batch']}" + (f" ({item['description']})" if item["description"] else "")))
+    rows.extend(_partition_rows(c.partition_skew))
     rows.append(("thresholds", _thresholds_line(c.thresholds)))
+    return rows
+
+
+def _partition_rows(skew: Any) -> list[tuple[str, str]]:
+    """One evidence row per partition (:class:`~watermark_ops.core.partition_skew.PartitionSkew`):
+    its newest event time so far, the batch that saw it, how far it trails the leader, late rows when counted."""
+    if skew is None:
+        return []
+    trailing = {p.partition for p in skew.trailing}
+    rows = []
+    for p in skew.partitions:
+        if p.event_time_max_ms is None:
+            text = "no row in the batches read"
+        else:
+            gap = ("leader" if p.partition == skew.leader
+                   else f"{duration_words(p.behind_leader_ms)} behind the leader {skew.leader}")
+            over = (f" (over max partition skew {duration_words(skew.max_partition_skew_ms)})"
+                    if p.partition in trailing else "")
+            text = (f"newest event time {iso_utc(p.event_time_max_ms)} (batch {p.max_batch_id}), {gap}{over}; "
+                    f"last rows in batch {p.last_data_batch_id}")
+        if p.late_rows is not None:
+            text += f"; {p.late_rows} late rows"
+        rows.append((f"{skew.column} {p.partition}", text))
     return rows
 
 
@@ -280,6 +305,8 @@ def print_classification(c: Classification, console: Any) -> None:
         console.print(f"  - {reason}", highlight=False, markup=False)
     for hint in c.hints:
         console.print(f"  hint: {hint}", highlight=False, markup=False)
+    for warning in c.warnings:
+        console.print(f"  warning: {warning}", highlight=False, markup=False, style="yellow")
     table = Table(title="Evidence", title_justify="left", show_header=False)
     table.add_column(style="bold")
     table.add_column(overflow="fold")
@@ -350,8 +377,10 @@ def print_lateness_report(report: LatenessReport, console: Any) -> None:
 
 def print_late_ledger(ledger: LateLedger, console: Any) -> None:
     """Print a late-row ledger as a rich table: per batch id, rows read, late, quarantined, the
-    watermark missed (ISO-8601 UTC and ms), the worst lateness and late rows per origin airport;
-    then the totals against Spark's count, the sources it cannot replay and the problems."""
+    watermark missed (ISO-8601 UTC and ms), the worst lateness and late rows per origin airport
+    (with how far that origin trailed the leading one's event time entering the batch); then the
+    totals against Spark's count, each origin's newest event time, skew and late rows, the
+    sources it cannot replay and the problems."""
     from rich.table import Table
 
     document = ledger.to_dict()
@@ -366,7 +395,10 @@ def print_late_ledger(ledger: LateLedger, console: Any) -> None:
                           "-" if batch["watermark_ms"] is None else str(batch["watermark_ms"]), "-",
                           "[yellow]not replayed[/]", "-")
             continue
-        origins = ", ".join(f"{name} {rows}" for name, rows in batch["late_by_origin"].items())
+        behind = batch["behind_leader_before_ms"] or {}
+        origins = ", ".join(
+            f"{name} {rows}" + (f" (trailed {signed_duration(behind[name])[1:]})" if behind.get(name) else "")
+            for name, rows in batch["late_by_origin"].items())
         table.add_row(
             str(batch["batch_id"]), str(batch["rows_read"]),
             f"[bold]{batch['rows_late']}[/]" if batch["rows_late"] else "0",
@@ -383,6 +415,12 @@ def print_late_ledger(ledger: LateLedger, console: Any) -> None:
     if not document["batches"]:
         table.caption = "no batch to replay"
     console.print(table)
+    if ledger.partition_skew is not None:  # which partition (airport) trailed, and what it lost
+        console.print(f"Event-time skew per {ledger.partition_skew.column} through batch "
+                      f"{ledger.partition_skew.last_batch_id} (\"trailed\" above: behind the leader entering the batch):",
+                      highlight=False)
+        for label, text in _partition_rows(ledger.partition_skew):
+            console.print(f"  {label}: {text}", highlight=False, markup=False)
     for source in document["not_replayable"]:
         console.print(f"[yellow]not replayable:[/] source {source['source']} ({source['description'] or 'unknown'}): "
                       f"offset {source['offset']} is not a file source's logOffset, its rows cannot be read back "

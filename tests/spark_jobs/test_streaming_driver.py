@@ -49,3 +49,30 @@ def test_a_trailing_batch_is_owed_only_after_a_commit_that_moved_the_watermark(t
     assert owed_trailing_batch(str(root)) == 4
     tick = land_tick(str(tmp_path / "landing"), str(root) + "/", 0)
     assert tick.endswith("/landing/watermark-ops-tick-cp-0.jsonl") and (tmp_path / "landing" / tick.rsplit("/", 1)[1]).read_bytes() == b""
+
+
+def test_progress_record_copies_the_per_partition_event_times_out_of_observed_metrics():
+    """The shape Spark 4.2 reports (``StreamingQueryProgress.observedMetrics``, a long per partition)."""
+    from streaming_driver import progress_record
+
+    progress = {"id": "q", "runId": "r", "batchId": 3, "timestamp": "2026-01-01T00:00:00.000Z",
+                "numInputRows": 5, "durationMs": {"addBatch": 1},
+                "observedMetrics": {"event_time_max_ms_by_origin": {"EWR": 1357099320000, "JFK": None,
+                                                                    "LGA": 1357092600000, "(other)": None}}}
+    record = progress_record(progress, None, "availableNow")
+    assert record["partition_column"] == "origin"
+    # (other) is kept only when a row of an unnamed value came: here none did.
+    assert record["event_time_max_ms_by_partition"] == {"EWR": 1357099320000, "JFK": None, "LGA": 1357092600000}
+    progress["observedMetrics"]["event_time_max_ms_by_origin"]["(other)"] = 1357000000000
+    assert progress_record(progress, None, "once")["event_time_max_ms_by_partition"]["(other)"] == 1357000000000
+    # A query that observes no partition (the quarantine query) records null for both.
+    plain = progress_record({**progress, "observedMetrics": {"quarantine": {"rows": 1}}}, None, "availableNow")
+    assert plain["partition_column"] is None and plain["event_time_max_ms_by_partition"] is None
+
+
+def test_observe_partition_event_times_refuses_no_partitions_or_the_other_bucket():
+    from streaming_driver import observe_partition_event_times
+
+    for bad in ((), ("EWR", "(other)")):
+        with pytest.raises(ValueError, match="expected partition values"):
+            observe_partition_event_times(None, "origin", bad)

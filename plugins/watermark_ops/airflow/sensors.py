@@ -70,7 +70,8 @@ class _WatermarkSensor(BaseSensorOperator):
 
     def __init__(self, *, checkpoint: str, idle_after: Any = _D.idle_after, max_idle: Any = _D.max_idle,
                  max_lag: Any = _D.max_lag, max_skew: Any = _D.max_skew, stall_window: Any = _D.stall_window,
-                 stall_batches: int = _D.stall_batches, missing_ok: bool = False,
+                 stall_batches: int = _D.stall_batches, max_partition_skew: Any = _D.max_partition_skew,
+                 missing_ok: bool = False,
                  storage_options: dict[str, Any] | None = None,
                  deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
                  **kwargs: Any) -> None:
@@ -78,7 +79,8 @@ class _WatermarkSensor(BaseSensorOperator):
         self.checkpoint = checkpoint
         # Validated here, at DAG parse time for static values and at mapping time for mapped ones.
         self.thresholds = Thresholds(idle_after=idle_after, max_idle=max_idle, max_lag=max_lag, max_skew=max_skew,
-                                     stall_window=stall_window, stall_batches=stall_batches)
+                                     stall_window=stall_window, stall_batches=stall_batches,
+                                     max_partition_skew=max_partition_skew)
         self.missing_ok = missing_ok
         self.storage_options = storage_options
         self.deferrable = deferrable
@@ -201,6 +203,8 @@ class WatermarkStallSensor(_WatermarkSensor):
     :param max_skew: watermark ahead of the latest batch time by more → jumped (default 5 minutes; None: off).
     :param stall_window: data batches spanning this long without a watermark move → stalled (default 1 hour).
     :param stall_batches: this many data batches without a watermark move → stalled (default 3).
+    :param max_partition_skew: a partition trailing the leading one's newest event time by more →
+        a warning in the classification (XCom ``warnings``), never a failure (default 4 hours; None: off).
     :param missing_ok: skip (instead of fail) when the checkpoint does not exist yet.
     :param storage_options: fsspec storage options for the checkpoint's filesystem.
     :param deferrable: wait in the triggerer (:class:`watermark_ops.airflow.triggers.WatermarkTrigger`);

@@ -16,7 +16,8 @@ Modules, in the order data flows through them::
     status       the head of a checkpoint -> CheckpointStatus
     thresholds   the stall thresholds
     facts        per-batch facts for the stall classification
-    stall        classify the watermark: advancing, idle, stalled, lagging, jumped
+    partition_skew  event-time skew between partitions (origins): newest event time, leader, gaps
+    stall        classify the watermark: advancing, idle, stalled, lagging, jumped (+ partition skew warnings)
     checks       the one evaluation sensors and triggers share (done, wait, fail, skip)
     lateness     rows dropped per run, observed lateness, delay-threshold advice
     source_log   the file source's log (sources/<i>, compact files): the files each log offset added
@@ -39,6 +40,7 @@ _HOMES = {
     "LatenessReport": "lateness", "lateness_report": "lateness",
     "LateLedger": "ledger", "late_ledger": "ledger", "reconcile_run": "ledger", "write_late_rows": "ledger",
     "ReadProblem": "log_formats",
+    "PartitionSkew": "partition_skew",
     "AuditMemory": "memory", "MemoryFormatError": "memory", "RememberedHead": "memory", "StateFileMemory": "memory",
     "ProgressLog": "progress", "progress_log_path": "progress", "read_progress_log": "progress",
     "run_report": "progress",
@@ -81,6 +83,7 @@ __all__ = [
     "LateLedger",
     "LatenessReport",
     "MemoryFormatError",
+    "PartitionSkew",
     "ProgressLog",
     "ReadProblem",
     "RememberedHead",

@@ -44,13 +44,14 @@ import json
 import os
 import re
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, Iterable
 from urllib.parse import unquote, urlsplit
 
 from watermark_ops.core.checkpoint import Checkpoint, open_storage, read_checkpoint
 from watermark_ops.core.log_formats import ReadProblem
+from watermark_ops.core.partition_skew import PartitionSkew, partition_skew, skew_before_each_batch
 from watermark_ops.core.progress import progress_log_path, read_progress_log, run_report
 from watermark_ops.core.source_log import file_source_log_offset, read_source_log
 from watermark_ops.core.times import iso_utc
@@ -348,6 +349,11 @@ class BatchLedger:
     :ivar spark_input_rows: / spark_rows_dropped: the progress log's ``input_rows`` and
         ``rows_dropped_by_watermark`` (late groups) for the batch, None without a record.
     :ivar rule: the late rule applied, None when there was none.
+    :ivar skew_before: the event-time skew between partitions (e.g. origins) entering the batch:
+        each partition's newest event time over the batches before it, and how far it trailed the
+        leader (:func:`~watermark_ops.core.partition_skew.skew_before_each_batch`); None when the
+        progress log records no per-partition event times. A partition that trailed by more than
+        the delay threshold is the one whose rows this batch drops.
     """
 
     batch_id: int
@@ -363,6 +369,7 @@ class BatchLedger:
     spark_input_rows: int | None = None
     spark_rows_dropped: int | None = None
     rule: LateRule | None = None
+    skew_before: PartitionSkew | None = None
 
     @property
     def rows_late(self) -> int:
@@ -381,7 +388,8 @@ class BatchLedger:
         """JSON-ready, without the rows: ``{"batch_id", "replayed", "watermark_ms", "watermark",
         "timestamp_ms", "files", "log_offsets", "rows_read", "rows_quarantined", "rows_aggregated",
         "rows_late", "late_by_origin", "worst_late_by_ms", "spark_input_rows", "spark_rows_dropped",
-        "rule"}``."""
+        "rule", "partition_column", "behind_leader_before_ms": {partition: ms} | None}`` (the last two
+        from :attr:`skew_before`)."""
         return {
             "batch_id": self.batch_id, "replayed": self.replayed,
             "watermark_ms": self.watermark_ms, "watermark": iso_utc(self.watermark_ms),
@@ -392,6 +400,9 @@ class BatchLedger:
             "worst_late_by_ms": max((r.late_by_ms for r in self.late_rows), default=None),
             "spark_input_rows": self.spark_input_rows, "spark_rows_dropped": self.spark_rows_dropped,
             "rule": self.rule.to_dict() if self.rule else None,
+            "partition_column": self.skew_before.column if self.skew_before else None,
+            "behind_leader_before_ms": ({p.partition: p.behind_leader_ms for p in self.skew_before.partitions}
+                                        if self.skew_before else None),
         }
 
 
@@ -407,6 +418,10 @@ class LateLedger:
     :ivar not_replayable: sources that are not file sources with a ``logOffset``: ``[{"source",
         "offset", "description", "batch_ids"}]`` (their rows cannot be recovered from the checkpoint).
     :ivar found: False when there is no checkpoint folder at the location (or it is not one).
+    :ivar partition_skew: each partition's newest event time through the newest batch asked for,
+        how far it trails the leader, and its late rows in the replayed batches (late rows are
+        counted by the event field named like the partition column); None when the progress log
+        records no per-partition event times.
     """
 
     checkpoint: str
@@ -415,6 +430,7 @@ class LateLedger:
     problems: tuple[ReadProblem, ...] = ()
     not_replayable: tuple[dict[str, Any], ...] = ()
     found: bool = True
+    partition_skew: PartitionSkew | None = None
 
     @property
     def complete(self) -> bool:
@@ -451,11 +467,13 @@ class LateLedger:
 
     def to_dict(self, rows: bool = False) -> dict[str, Any]:
         """JSON-ready: ``{"checkpoint", "query_id", "complete", "totals", "batches": [summary],
-        "problems": [ReadProblem.to_dict()], "not_replayable"}``, plus ``"late_rows"`` when ``rows``."""
+        "problems": [ReadProblem.to_dict()], "not_replayable", "partition_skew"}``, plus
+        ``"late_rows"`` when ``rows``."""
         document = {
             "checkpoint": self.checkpoint, "query_id": self.query_id, "complete": self.complete,
             "totals": self.totals(), "batches": [b.summary() for b in self.batches],
             "problems": [p.to_dict() for p in self.problems], "not_replayable": list(self.not_replayable),
+            "partition_skew": self.partition_skew.to_dict() if self.partition_skew else None,
         }
         if rows:
             document["late_rows"] = [r.to_dict() for r in self.late_rows]
@@ -504,12 +522,26 @@ def late_ledger(checkpoint: Any, batch_ids: Iterable[int] | None = None, *, file
     wanted = sorted(set(batch_ids)) if batch_ids is not None else [b.batch_id for b in state.batches
                                                                      if b.offsets_file is not None]
     unreplayable: dict[str, dict[str, Any]] = {}
+    skew_before = skew_before_each_batch(records)
     batches = []
     for batch_id in wanted:
-        batches.append(_replay(state, storage, root, batch_id, records.get(batch_id), problems, unreplayable))
+        batch = _replay(state, storage, root, batch_id, records.get(batch_id), problems, unreplayable)
+        batches.append(replace(batch, skew_before=skew_before.get(batch_id)))
+    skew = None
+    if wanted:  # the skew through the newest batch asked for, with the late rows of those replayed
+        through = [records[k] for k in sorted(records) if k <= wanted[-1]]
+        skew = partition_skew(through, watermark_ms=through[-1].get("watermark_ms") if through else None)
+    if skew is not None:
+        late: dict[str, int] = {}
+        for batch in batches:
+            if batch.replayed:
+                for name, rows in batch.late_by(skew.column).items():
+                    late[name] = late.get(name, 0) + rows
+        skew = skew.with_late_rows(late)
     return LateLedger(checkpoint=state.location, query_id=state.query_id, batches=tuple(batches),
                       problems=tuple(problems), not_replayable=tuple(unreplayable.values()),
-                      found=not any(p.kind in ("checkpoint_missing", "not_a_checkpoint") for p in state.problems))
+                      found=not any(p.kind in ("checkpoint_missing", "not_a_checkpoint") for p in state.problems),
+                      partition_skew=skew)
 
 
 def _replay(state: Checkpoint, storage: Any, root: str, batch_id: int, record: dict | None,

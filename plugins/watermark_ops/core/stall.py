@@ -53,6 +53,19 @@ The five states (precedence when several apply: ``jumped`` > ``stalled`` > ``lag
 ``alarm`` is true for ``jumped``, ``stalled``, ``lagging``, and for idleness past ``max_idle``
 (whatever the state).
 
+Partition skew: a warning, not a state
+--------------------------------------
+When the job records each batch's newest event time per partition (the progress log's
+``event_time_max_ms_by_partition``, e.g. per origin airport), the classification reports each
+partition's newest event time so far (the max over the records read, across batches and runs),
+the leader and how far each trails it (:mod:`watermark_ops.core.partition_skew`), in
+``partition_skew``. A partition trailing by more than ``max_partition_skew`` adds a sentence to
+``warnings``; it changes neither ``state``, ``applies`` nor ``alarm``. Why: the watermark itself is
+healthy (it follows the leader, as Spark defines it), and a skew is expected while one partition
+is replayed or backfilled; what it costs, the trailing partition's rows dropped as late, is
+counted by the late-row ledger, and a stall sensor that failed on it would page for a condition
+no restart fixes. The warning says which partition and by how much, so a person can decide.
+
 The evaluation instant (``at``, default now)
 -------------------------------------------
 Only batches whose ``batchTimestampMs`` is at or before ``at`` are considered (progress records
@@ -96,6 +109,7 @@ from typing import Any, Iterable, Sequence
 
 from watermark_ops.core.checkpoint import Checkpoint, read_checkpoint
 from watermark_ops.core.facts import BatchFacts, batch_facts, inputs_evidence, last_move, progress_by_batch
+from watermark_ops.core.partition_skew import PartitionSkew, partition_skew
 from watermark_ops.core.progress import TAIL_MAX_BYTES, progress_log_path, read_progress_tail
 from watermark_ops.core.thresholds import DEFAULT_THRESHOLDS, Thresholds
 from watermark_ops.core.times import duration_ms as _ms
@@ -189,6 +203,11 @@ class Classification:
         (the oldest batch read), "first_batch_ms": int | None (its batchTimestampMs, epoch ms
         UTC), "first_batch_time": ISO-8601 | None, "scope": str (the words the reasons use, e.g.
         "in the retained logs" or "in the 100 newest batches read (...)")}``.
+    :ivar partition_skew: each partition's newest event time over the progress records read, the
+        leader and how far each trails it (:class:`~watermark_ops.core.partition_skew.PartitionSkew`);
+        None when the job records no per-partition event times.
+    :ivar warnings: one sentence per partition trailing the leader by more than
+        ``max_partition_skew``; warnings change neither ``state`` nor ``alarm``.
     """
 
     location: str
@@ -214,6 +233,8 @@ class Classification:
     policy: str | None = None
     problems: tuple[str, ...] = field(default=())
     history: dict[str, Any] | None = None
+    partition_skew: PartitionSkew | None = None
+    warnings: tuple[str, ...] = ()
 
     @property
     def healthy(self) -> bool:
@@ -250,16 +271,19 @@ class Classification:
             "thresholds": self.thresholds.to_dict(),
             "problems": list(self.problems),
             "history": self.history,
+            "partition_skew": self.partition_skew.to_dict() if self.partition_skew else None,
+            "warnings": list(self.warnings),
         }
 
     def summary(self) -> str:
-        """One line: state, alarm, watermark, lag, latest batch, first reason."""
+        """One line: state, alarm, watermark, lag, latest batch, the number of warnings, first reason."""
         head = self.latest_batch
         parts = [
             f"{self.location}: {self.state}{' (ALARM)' if self.alarm else ''}",
             f"watermark {iso_utc(self.watermark_ms) or 'none'}",
             f"lag {_words(self.lag_ms)}",
             f"latest batch {head.batch_id} at {iso_utc(head.timestamp_ms)}" if head else "no batch",
+            *([f"{len(self.warnings)} warning(s): partition skew"] if self.warnings else []),
         ]
         return "; ".join(parts) + (f": {self.reasons[0]}" if self.reasons else "")
 
@@ -472,11 +496,15 @@ def classify(checkpoint: Checkpoint, progress_records: Iterable[dict[str, Any]] 
 
     state = applies[0] if applies else ADVANCING
     alarm = state in (JUMPED, STALLED, LAGGING) or idle_too_long
+    # Evidence and a warning only: see "Partition skew: a warning, not a state" above.
+    partitions = partition_skew((by_batch[k] for k in sorted(by_batch)), watermark_ms=watermark,
+                                max_partition_skew_ms=_ms(t.max_partition_skew))
     return Classification(
         state=state, alarm=alarm, applies=tuple(applies) or (ADVANCING,), reasons=tuple(reasons), hints=tuple(hints),
         watermark_ms=watermark, emitted_through_ms=emitted_through, lag_ms=lag, skew_ms=skew, idle_ms=idle,
         latest_batch=head, latest_data_batch=latest_data, last_move=move, flat_data_batches=flat, jump=jump,
-        inputs=inputs_evidence(facts, by_batch), policy=policy, **base,
+        inputs=inputs_evidence(facts, by_batch), policy=policy, partition_skew=partitions,
+        warnings=tuple(partitions.warnings()) if partitions else (), **base,
     )
 
 

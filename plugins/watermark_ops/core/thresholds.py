@@ -37,6 +37,14 @@ class Thresholds:
         watermark moving → ``stalled`` (default 1 hour). None: only ``stall_batches`` counts.
     :ivar stall_batches: this many data batches without the watermark moving → ``stalled``
         (a count, default 3).
+    :ivar max_partition_skew: one partition of the input (e.g. an origin airport, from the
+        progress log's ``event_time_max_ms_by_partition``) whose newest event time trails the
+        leading partition's by more than this → a *warning* in the classification (not a state,
+        not an alarm: :mod:`watermark_ops.core.stall`). Default 4 hours: above the skew an idle
+        partition shows on ordinary days (no departures at night: the example's three airports,
+        replayed day by day over 2013, trail each other by up to 3.3 hours at the end of a run,
+        by more than 2 hours on 15 days), far below a day's files arriving late. None: no warning
+        (the skew is still reported as evidence).
 
     Each duration accepts what :func:`duration` accepts; values are normalised to plain
     ``timedelta`` (or None).
@@ -50,6 +58,7 @@ class Thresholds:
     max_skew: timedelta | None = timedelta(minutes=5)
     stall_window: timedelta | None = timedelta(hours=1)
     stall_batches: int = 3
+    max_partition_skew: timedelta | None = timedelta(hours=4)
 
     def __post_init__(self) -> None:
         for item in fields(self):
@@ -68,7 +77,7 @@ class Thresholds:
 
     def to_dict(self) -> dict[str, int | None]:
         """JSON-ready: ``{"idle_after_ms", "max_idle_ms", "max_lag_ms", "max_skew_ms",
-        "stall_window_ms", "stall_batches"}`` (ms ints, None when disabled)."""
+        "stall_window_ms", "max_partition_skew_ms", "stall_batches"}`` (ms ints, None when disabled)."""
         out: dict[str, int | None] = {
             f"{item.name}_ms": duration_ms(getattr(self, item.name)) for item in fields(self) if item.name != "stall_batches"
         }

@@ -31,7 +31,8 @@ DEFAULT_CONFIG = REPO_ROOT / "dags" / "watermark_monitor.json"
 CONFIG_ENV = "WATERMARK_OPS_MONITOR_CONFIG"
 #: The job whose checkpoint is always watched (flights_pipeline's).
 PIPELINE_JOB = "flight_windows"
-THRESHOLD_KEYS = ("idle_after", "max_idle", "max_lag", "max_skew", "stall_window", "stall_batches")
+THRESHOLD_KEYS = ("idle_after", "max_idle", "max_lag", "max_skew", "stall_window", "stall_batches",
+                  "max_partition_skew")
 #: The project's jobs: the DAG that runs each, and the landing folders of its inputs (keys of
 #: :func:`~watermark_ops.examples.flights.settings.job_locations`).
 JOBS = {
