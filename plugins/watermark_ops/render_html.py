@@ -36,7 +36,8 @@ code{font-size:.8rem;word-break:break-all}
 .badge.good{background:#e3f9e5;color:#05612b}.badge.bad{background:#ffe3e3;color:#a61b1b}
 .badge.warn{background:#fff3c4;color:#8d5b00}.badge.info{background:#e0f2fe;color:#075985}
 .badge.none{background:#eee;color:#555}
-tr.bad td{background:#fff5f5} tr.bad td.err,td.err{color:#a61b1b;font-weight:600}
+tr.bad td{background:#fff5f5} tr.bad td.err,td.err,.err{color:#a61b1b;font-weight:600}
+tr.warnrow td{background:#fffbea} .warn-text{color:#8d5b00}
 ul{margin:4px 0;padding-left:20px;font-size:.85rem}
 """
 
@@ -60,7 +61,8 @@ _OVERVIEW = """{% extends "layout" %}{% block body %}
 {% if row.error %}<div class="err">{{ row.error }}</div>{% endif %}</td>
 <td>{% if row.state %}<span class="badge {{ state_class(row.state) }}">{{ row.state }}</span>
 {% if row.alarm %}<span class="badge bad">alarm</span>{% endif %}{% else %}<span class="badge none">unknown</span>{% endif %}
-{% if row.reason %}<div class="muted">{{ row.reason }}</div>{% endif %}</td>
+{% if row.reason %}<div class="muted">{{ row.reason }}</div>{% endif %}
+{% for warning in row.skew_warnings %}<div class="warn-text">warning: {{ warning }}</div>{% endfor %}</td>
 <td>{{ row.watermark or '-' }}</td><td>{{ words(row.lag_ms) }}</td>
 <td class="num">{{ row.head_batch_id if row.head_batch_id is not none else '-' }}</td>
 <td class="num">{{ row.in_flight_batch if row.in_flight_batch is not none else '-' }}</td>
@@ -81,7 +83,8 @@ _CHECKPOINT = """{% extends "layout" %}{% block body %}
 <span class="badge {{ audit_class(d.audit.status) }}" id="audit-status">audit: {{ d.audit.status }}</span></h1>
 <p><code>{{ d.location }}</code></p>
 {% if c %}<ul id="reasons">{% for reason in c.reasons %}<li>{{ reason }}</li>{% endfor %}
-{% for hint in c.hints %}<li>hint: {{ hint }}</li>{% endfor %}</ul>{% endif %}
+{% for hint in c.hints %}<li>hint: {{ hint }}</li>{% endfor %}
+{% for warning in c.warnings %}<li class="warn-text">warning: {{ warning }}</li>{% endfor %}</ul>{% endif %}
 <table id="head">
 <tr><th>query id</th><td><code>{{ s.query_id or 'unknown' }}</code></td>
 <th>watermark (next batch starts from)</th><td id="watermark">{{ s.watermark or 'unknown' }}{% if s.watermark_ms is not none %} <span class="muted">({{ s.watermark_ms }} ms)</span>{% endif %}</td></tr>
@@ -97,6 +100,15 @@ _CHECKPOINT = """{% extends "layout" %}{% block body %}
 <p class="muted" id="chart-note">{% if d.chart.shown < d.chart.total %}Showing the newest {{ d.chart.shown }} of {{ d.chart.total }} batches (from batch {{ d.chart.first_shown_batch_id }}).{% else %}All {{ d.chart.total }} batches.{% endif %}
  Dashed lines: restarts (one per run); orange: the in-flight batch; red: a watermark that went backwards.</p>
 {{ chart|safe }}
+
+{% if c and c.partition_skew %}{% set k = c.partition_skew %}
+<h2>Event-time skew between partitions ({{ k.column }})</h2>
+<table id="skew"><tr><th>{{ k.column }}</th><th>newest event time (UTC)</th><th>behind the leader</th><th>behind the watermark</th><th>last data batch</th></tr>
+{% for p in k.partitions %}<tr class="{{ 'warnrow' if p.partition in k.trailing else '' }}"><td>{{ p.partition }}{% if p.partition == k.leader %} (leader){% endif %}</td>
+<td>{{ p.event_time_max or 'none seen' }}</td><td>{{ words(p.behind_leader_ms) }}</td><td>{{ words(p.behind_watermark_ms) }}</td>
+<td class="num">{{ p.last_data_batch_id if p.last_data_batch_id is not none else '-' }}</td></tr>{% endfor %}</table>
+<p class="muted">The partitions share one watermark, set by the leader; a partition trailing it by more than {{ words(k.max_partition_skew_ms) if k.max_partition_skew_ms is not none else '(off)' }} is a warning: its rows are the ones dropped as late. Batches {{ k.first_batch_id }}–{{ k.last_batch_id }} of the progress log.</p>
+{% endif %}
 
 <h2>Audit findings</h2>
 {% set findings = d.audit.findings[:findings_limit] %}

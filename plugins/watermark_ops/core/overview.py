@@ -64,9 +64,11 @@ def overview_row(location: str, thresholds: Thresholds, *, name: str | None = No
     :param at_ms: the evaluation instant (epoch ms UTC), default now.
     :return: ``{"name", "location", "query_id", "head_batch_id", "in_flight_batch",
         "watermark_ms", "watermark", "lag_ms", "state", "alarm", "reason", "audit_status",
-        "findings", "errors", "warnings", "rules": [rule names of the findings],
+        "findings", "errors", "warnings" (the audit's), "rules": [rule names of the findings],
+        "skew_warnings": [the classification's partition-skew warnings],
         "latest_batch_ms", "latest_batch_time", "error": str | None, "rank": int}``; ``rank``
-        orders the overview (0 unreadable or violated, 1 alarm, 2 warning, 3 healthy,
+        orders the overview (0 unreadable or violated, 1 alarm, 2 a warning (audit, partition
+        skew) or lagging, 3 healthy,
         4 not run yet).
     """
     row = empty_row(location, name)
@@ -102,7 +104,7 @@ def _row_of(row: dict[str, Any], checkpoint, thresholds: Thresholds, at_ms: int 
     )
     if classification is not None:
         row.update(state=classification.state, alarm=classification.alarm, lag_ms=classification.lag_ms,
-                   reason=(classification.reasons or (None,))[0])
+                   reason=(classification.reasons or (None,))[0], skew_warnings=list(classification.warnings))
     fatal = [p for p in status.problems if p.batch_id is None]
     if status.exit_code == 2 or fatal:
         row["error"] = "; ".join(_problem_text(p) for p in (fatal or status.problems)[:3]) or why_not
@@ -112,7 +114,7 @@ def _row_of(row: dict[str, Any], checkpoint, thresholds: Thresholds, at_ms: int 
         row["rank"] = _RANK_ERROR
     elif row["alarm"]:
         row["rank"] = _RANK_ALARM
-    elif row["warnings"] or row["state"] == "lagging":
+    elif row["warnings"] or row["skew_warnings"] or row["state"] == "lagging":
         row["rank"] = _RANK_WARNING
     return row
 
@@ -124,7 +126,8 @@ def empty_row(location: str, name: str | None = None) -> dict[str, Any]:
         "name": name or location, "location": location, "query_id": None, "head_batch_id": None,
         "in_flight_batch": None, "watermark_ms": None, "watermark": None, "lag_ms": None, "state": None,
         "alarm": False, "reason": None, "audit_status": None, "findings": 0, "errors": 0, "warnings": 0,
-        "rules": [], "latest_batch_ms": None, "latest_batch_time": None, "error": None, "rank": _RANK_OK,
+        "rules": [], "skew_warnings": [], "latest_batch_ms": None, "latest_batch_time": None, "error": None,
+        "rank": _RANK_OK,
     }
 
 

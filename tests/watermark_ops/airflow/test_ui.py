@@ -186,6 +186,10 @@ def test_checkpoint_page_of_a_real_checkpoint(client, ui, spark):
     assert page.count('class="restart"') == len(chart["restarts"])
     assert data["status"]["watermark"] in page
     assert "No findings" in page
+    skew = data["classification"]["partition_skew"]  # the job records each batch's newest event time per origin
+    assert skew["column"] == "origin" and {p["partition"] for p in skew["partitions"]} == {"EWR", "JFK", "LGA"}
+    table = re.search(r'<table id="skew">.*?</table>', page, re.S).group(0)
+    assert all(airport in table for airport in ("EWR", "JFK", "LGA")) and "(leader)" in table
 
 
 def test_a_regression_is_red_with_its_file(client, ui):
