@@ -5,7 +5,9 @@ a restart of the same query from its checkpoint) → collect_progress (this run'
 last watermark to XCom) + late_ledger (every row this run's batches dropped as late, written to
 ``<output>_late/batch=<N>.jsonl``, and the balance input = aggregated + late + quarantined) + audit_checkpoint (the watermark never went backwards) + windows_complete
 (the completeness gate: waits until the watermark passed the interval the run closes, then records
-it on the ``flight_windows_complete`` asset for downstream DAGs).
+it on the ``flight_windows_complete`` asset for downstream DAGs) → announce_days (one partitioned
+event on ``flight_windows_days`` per New York day the emitted-through watermark newly closed, key
+``YYYY-MM-DD``, each day once: ``flights_daily_report`` runs once per final day).
 
 ``max_active_runs=1``: two runs of one query on one checkpoint corrupt it. Daily intervals are
 America/New_York midnights (pendulum), so 2013-03-10 is a 23-hour interval and 2013-11-03 a
@@ -29,7 +31,9 @@ from airflow.sdk import Asset, CronDataIntervalTimetable, Param, dag, task
 
 from watermark_ops.airflow.notifiers import WatermarkWebhookNotifier
 from watermark_ops.airflow.operators import WatermarkAuditOperator
+from watermark_ops.airflow.partitions import WatermarkPartitionsOperator
 from watermark_ops.airflow.sensors import WatermarkReachedSensor
+from watermark_ops.examples.flights.daily import DAY_ASSET_NAME, day_asset_uri, day_facts
 from watermark_ops.examples.flights.settings import SPARK_JOBS_DIR, job_locations, spark_submit_env
 
 JOB = "flight_windows"
@@ -37,12 +41,16 @@ LOCATIONS = job_locations(JOB)
 # Downstream DAGs schedule on this asset: each event says through which instant the hourly windows
 # in the sink are final (extra: watermark_ms, emitted_through_ms).
 FLIGHT_WINDOWS_COMPLETE = Asset(name="flight_windows_complete", uri="file://" + LOCATIONS["output"])
+# One partitioned event per New York day whose windows are all in the sink (partition key YYYY-MM-DD;
+# extra["partitions"][day]: windows, departures, late_rows). flights_daily_report schedules on it.
+FLIGHT_WINDOWS_DAYS = Asset(name=DAY_ASSET_NAME, uri=day_asset_uri(LOCATIONS["output"]))
+START = pendulum.datetime(2013, 1, 1, tz="America/New_York")
 
 
 @dag(
     dag_id="flights_pipeline",
     schedule=CronDataIntervalTimetable("0 0 * * *", timezone="America/New_York"),
-    start_date=pendulum.datetime(2013, 1, 1, tz="America/New_York"),
+    start_date=START,
     # A deployment can end the catch-up earlier (the end-to-end test schedules three days).
     end_date=pendulum.parse(os.environ.get("WATERMARK_OPS_PIPELINE_END", "2013-12-31"), tz="America/New_York"),
     catchup=True,
@@ -142,7 +150,24 @@ def flights_pipeline():
         on_failure_callback=WatermarkWebhookNotifier(checkpoint=LOCATIONS["checkpoint"]),
     )
 
-    land() >> run_job >> [collect_progress(), late_ledger(), audit, complete]
+    # Completeness per New York day, as partitioned asset events: every day the emitted-through
+    # watermark (what committed batches really wrote; under Trigger.Once one run later) newly closed,
+    # announced once across retries, restarts and re-runs (memory in the asset state store). After
+    # late_ledger, so each day's late rows so far are in its sink; skipped when no day closed.
+    announce_days = WatermarkPartitionsOperator(
+        task_id="announce_days",
+        checkpoint=LOCATIONS["checkpoint"],
+        asset=FLIGHT_WINDOWS_DAYS,
+        since=START.isoformat(),
+        grain="day",
+        timezone="America/New_York",
+        partition_facts=day_facts(LOCATIONS["output"]),
+        retries=2,
+    )
+
+    ledger = late_ledger()
+    land() >> run_job >> [collect_progress(), ledger, audit, complete]
+    [ledger, complete] >> announce_days
 
 
 flights_pipeline()

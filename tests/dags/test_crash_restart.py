@@ -58,9 +58,9 @@ def _tries(run_id: str, task_id: str) -> int:
 
 
 def _forget(locations: dict) -> None:
-    """Remove the pipeline's files and the audit's memory of its checkpoint: the session's other
-    pipeline tests start from a new checkpoint (and one metadata DB holds one asset per name, so
-    this test uses the session's runtime folder, not one of its own)."""
+    """Remove the pipeline's files and the audit's and the day announcements' memory of its
+    checkpoint: the session's other pipeline tests start from a new checkpoint (and one metadata DB
+    holds one asset per name, so this test uses the session's runtime folder, not one of its own)."""
     import shutil
 
     from airflow.models.asset_state_store import AssetStateStoreModel
@@ -74,8 +74,9 @@ def _forget(locations: dict) -> None:
     for suffix in (".progress.jsonl", ".lock", "_quarantine.progress.jsonl", "_quarantine.lock"):
         Path(checkpoint + suffix).unlink(missing_ok=True)
     with create_session() as session:
-        session.query(AssetStateStoreModel).filter(
-            AssetStateStoreModel.key == AssetStateStoreMemory(None).key(checkpoint)).delete()
+        session.query(AssetStateStoreModel).filter(AssetStateStoreModel.key.in_(
+            [AssetStateStoreMemory(None).key(checkpoint), "watermark_partitions:day:" + checkpoint])).delete(
+            synchronize_session=False)
 
 
 @pytest.fixture

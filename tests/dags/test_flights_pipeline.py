@@ -76,6 +76,8 @@ def test_pipeline_shape():
     assert dag.get_task("late_ledger").upstream_task_ids == {"flight_windows"}
     assert dag.get_task("audit_checkpoint").upstream_task_ids == {"flight_windows"}
     assert dag.get_task("windows_complete").upstream_task_ids == {"flight_windows"}
+    # Day partitions are announced after the gate and after the ledger wrote the run's late rows.
+    assert dag.get_task("announce_days").upstream_task_ids == {"late_ledger", "windows_complete"}
     spark = dag.get_task("flight_windows")
     assert spark.retries == 2 and spark.execution_timeout.total_seconds() == 1800
     assert "{{ run_id }}" in spark.application_args

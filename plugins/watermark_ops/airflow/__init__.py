@@ -5,6 +5,8 @@ Each holds its parameters (templated where a DAG needs it), delegates the work t
 ``to_dict()`` shapes to XCom::
 
     operators   WatermarkAuditOperator: audit a checkpoint after each run; fails on a violation
+    partitions  WatermarkPartitionsOperator: one partitioned asset event per day (or hour) the
+                watermark newly closed, each announced once
     sensors     WatermarkStallSensor (healthy?) and WatermarkReachedSensor (complete up to T?)
     triggers    WatermarkTrigger: the deferrable sensors' polling in the triggerer
     notifiers   WatermarkWebhookNotifier: a JSON alert to a webhook connection
@@ -23,6 +25,7 @@ _HOMES = {
     "AssetStateStoreMemory": "memory",
     "WatermarkAlarm": "sensors",
     "WatermarkAuditOperator": "operators",
+    "WatermarkPartitionsOperator": "partitions",
     "WatermarkReachedSensor": "sensors",
     "WatermarkStallSensor": "sensors",
     "WatermarkTrigger": "triggers",
@@ -41,6 +44,7 @@ __all__ = [
     "AssetStateStoreMemory",
     "WatermarkAlarm",
     "WatermarkAuditOperator",
+    "WatermarkPartitionsOperator",
     "WatermarkReachedSensor",
     "WatermarkStallSensor",
     "WatermarkTrigger",

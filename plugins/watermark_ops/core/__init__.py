@@ -22,6 +22,8 @@ Modules, in the order data flows through them::
     lateness     rows dropped per run, observed lateness, delay-threshold advice
     source_log   the file source's log (sources/<i>, compact files): the files each log offset added
     ledger       the late-row ledger: every row the watermark dropped, replayed from the checkpoint
+    partitions   event-time partitions (days in a time zone, UTC hours) closed by the emitted-through
+                 watermark, and the memory that announces each once
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ _HOMES = {
     "ReadProblem": "log_formats",
     "PartitionSkew": "partition_skew",
     "AuditMemory": "memory", "MemoryFormatError": "memory", "RememberedHead": "memory", "StateFileMemory": "memory",
+    "AnnouncedPartitions": "partitions", "Partition": "partitions", "PartitionMemoryError": "partitions",
+    "closed_partitions": "partitions", "newly_closed": "partitions", "partition_of": "partitions",
     "ProgressLog": "progress", "progress_log_path": "progress", "read_progress_log": "progress",
     "run_report": "progress",
     "RULES": "rules", "Finding": "rules",
@@ -71,6 +75,7 @@ __all__ = [
     "DEFAULT_THRESHOLDS",
     "RULES",
     "STATES",
+    "AnnouncedPartitions",
     "AuditMemory",
     "AuditReport",
     "Batch",
@@ -83,6 +88,8 @@ __all__ = [
     "LateLedger",
     "LatenessReport",
     "MemoryFormatError",
+    "Partition",
+    "PartitionMemoryError",
     "PartitionSkew",
     "ProgressLog",
     "ReadProblem",
@@ -92,12 +99,15 @@ __all__ = [
     "Thresholds",
     "check",
     "classify",
+    "closed_partitions",
     "duration",
     "evaluate",
     "instant_ms",
     "iso_utc",
     "late_ledger",
     "lateness_report",
+    "newly_closed",
+    "partition_of",
     "progress_log_path",
     "read_checkpoint",
     "read_progress_log",
