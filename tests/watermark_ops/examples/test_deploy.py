@@ -152,9 +152,12 @@ def test_the_scheduler_runs_three_days_on_the_cluster_and_survives_a_killed_work
     emitted, _, _, _ = expected_windows(landed)
     assert_sink_equals(spark.read.parquet(locations["output"]).toPandas(), emitted)
     assert_quarantine_equals(spark.read.parquet(locations["output"] + "_quarantine").toPandas(), landed)
-    # Completeness: one asset event per run.
+    # Completeness: one asset event per run, and one partitioned event per New York day made final
+    # (the third run's watermark closes 2013-01-02; 2013-01-03 closes with the next run).
     events = api.get("/api/v2/assets/events?source_dag_id=" + DAG)["asset_events"]
-    assert len([e for e in events if e["extra"].get("watermark_ms")]) == 3, events
+    assert len([e for e in events if e["name"] == "flight_windows_complete"]) == 3, events
+    days = [e for e in events if e["name"] == "flight_windows_days"]
+    assert sorted(e.get("partition_key") or "" for e in days) == ["2013-01-01", "2013-01-02"], days
     # The watermark page of the deployment's api-server (the plugin) shows the checkpoint and its three runs.
     page = api.get("/watermark-ops/api/checkpoints/runtime/flight_windows")
     assert page["audit"]["status"] == "ok" and page["state"] in ("advancing", "idle"), page["audit"]
