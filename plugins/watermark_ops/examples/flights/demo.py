@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
 
     table = Table(title=f"{DAG_ID}: one restart of the {JOB} query per data interval")
     for column in ("data interval (New York days)", "batches", "input rows", "quarantined",
-                   "watermark after run (UTC)", "windows emitted", "late groups*", "late flights†", "balanced‡",
+                   "watermark after run (UTC)", "windows emitted", "late groups*", "late flights§", "balanced‡",
                    "seconds"):
         table.add_column(column)
     seen_tags: set[str] = set()
@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     console.print(
         "* Spark's numRowsDroppedByWatermark: counted after partial aggregation, i.e. late "
         "(window, airport, partition) groups rather than single flights.\n"
-        "† the late-row ledger (watermark-ops late): every flight the run's batches dropped as late.\n"
+        "§ the late-row ledger (watermark-ops late): every flight the run's batches dropped as late.\n"
         "‡ input rows = aggregated + late + quarantined.\n"
         f"Checkpoint: {locations['checkpoint']}   windows: {locations['output']}   "
         f"total {time.monotonic() - started:.0f} s\n"
