@@ -37,12 +37,20 @@ DEFAULT_CHART_LIMIT = 500
 _RANK_ERROR, _RANK_ALARM, _RANK_WARNING, _RANK_OK, _RANK_NOT_YET = 0, 1, 2, 3, 4
 
 
-def _classify(checkpoint, thresholds: Thresholds, at_ms: int | None):
-    """(classification or None, message why not)."""
-    from watermark_ops.core.stall import StallInputError, classify_at
+def _classify(checkpoint, thresholds: Thresholds, at_ms: int | None, progress=None):
+    """(classification or None, message why not). With the progress log already read whole (the
+    audit read it), its records of the batches the checkpoint holds are used, as
+    :func:`~watermark_ops.core.stall.classify_at` selects them from the log's end, without a
+    second read; without it, ``classify_at`` reads the end of the log."""
+    from watermark_ops.core.stall import StallInputError, classify, classify_at
 
     try:
-        return classify_at(checkpoint, thresholds, at_ms), None
+        if progress is None or not checkpoint.batches:
+            return classify_at(checkpoint, thresholds, at_ms), None
+        first = checkpoint.batches[0].batch_id
+        records = [r for r in progress.records if r["batch_id"] >= first]
+        return classify(checkpoint, records, thresholds, now_ms() if at_ms is None else at_ms,
+                        list(progress.problems)), None
     except StallInputError as exc:
         return None, str(exc)
 
@@ -91,8 +99,9 @@ def _row_of(row: dict[str, Any], checkpoint, thresholds: Thresholds, at_ms: int 
         return row
     if read is None:
         status = CheckpointStatus.of(checkpoint)
-        report = audit_checkpoint(checkpoint, None, progress=_progress_or_none(checkpoint.location)[0])
-        classification, why_not = _classify(checkpoint, thresholds, at_ms)
+        progress = _progress_or_none(checkpoint.location)[0]
+        report = audit_checkpoint(checkpoint, None, progress=progress)
+        classification, why_not = _classify(checkpoint, thresholds, at_ms, progress)
     else:
         status, report, classification, why_not = read
     row.update(
@@ -209,7 +218,7 @@ def checkpoint_detail(location: str, thresholds: Thresholds, *, name: str | None
     if progress_problem:
         problems.append(progress_problem)
     report = audit_checkpoint(checkpoint, None, now_ms=at, progress=progress)
-    classification, why_not = _classify(checkpoint, thresholds, at_ms)
+    classification, why_not = _classify(checkpoint, thresholds, at_ms, progress)
     if classification is None and why_not:
         problems.append(f"no stall classification: {why_not}")
     problems.extend(_problem_text(p) for p in checkpoint.problems)
