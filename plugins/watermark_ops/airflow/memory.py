@@ -15,7 +15,19 @@ from typing import Any
 
 from watermark_ops.core.memory import RememberedHead, memory_key
 
-__all__ = ["AssetStateStoreMemory"]
+__all__ = ["AssetStateStoreMemory", "MAX_KEY_LENGTH", "state_store_key"]
+
+#: Airflow's ``asset_state_store.key`` column is ``String(512)``.
+MAX_KEY_LENGTH = 512
+
+
+def state_store_key(prefix: str, location: str) -> str:
+    """``<prefix><normalised location>`` (:func:`watermark_ops.core.memory.memory_key`); a location
+    too long for the 512-character key column is replaced by its SHA-256 (``<prefix>sha256:<hex>``)."""
+    key = prefix + memory_key(location)
+    if len(key) > MAX_KEY_LENGTH:
+        key = prefix + "sha256:" + hashlib.sha256(memory_key(location).encode()).hexdigest()
+    return key
 
 
 class AssetStateStoreMemory:
@@ -28,8 +40,7 @@ class AssetStateStoreMemory:
     :param key_prefix: prefix of the per-checkpoint key.
     """
 
-    #: Airflow's ``asset_state_store.key`` column is ``String(512)``.
-    MAX_KEY_LENGTH = 512
+    MAX_KEY_LENGTH = MAX_KEY_LENGTH
 
     def __init__(self, store: Any, key_prefix: str = "watermark_audit:"):
         self.store = store
@@ -37,10 +48,7 @@ class AssetStateStoreMemory:
 
     def key(self, location: str) -> str:
         """``<prefix><normalised location>``; a location too long for a key is replaced by its SHA-256."""
-        key = self.key_prefix + memory_key(location)
-        if len(key) > self.MAX_KEY_LENGTH:
-            key = self.key_prefix + "sha256:" + hashlib.sha256(memory_key(location).encode()).hexdigest()
-        return key
+        return state_store_key(self.key_prefix, location)
 
     def load(self, location: str) -> RememberedHead | None:
         """The head remembered for ``location``, None if none.

@@ -24,14 +24,13 @@ Airflow source relied on (3.3.2, task SDK 1.3.2):
 
 from __future__ import annotations
 
-import hashlib
 from datetime import timedelta
 from typing import Any, Callable, Sequence
 
 from airflow.sdk import Asset, BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
-from watermark_ops.core.memory import memory_key
+from watermark_ops.airflow.memory import state_store_key
 from watermark_ops.core.partitions import (
     DEFAULT_TIMEZONE,
     GRAINS,
@@ -46,8 +45,6 @@ from watermark_ops.core.times import instant_ms, iso_utc, now_ms
 
 __all__ = ["WatermarkPartitionsOperator"]
 
-#: Airflow's ``asset_state_store.key`` column is ``String(512)``.
-_MAX_KEY_LENGTH = 512
 #: How far before a claim the settle step looks for its asset events (clock skew between worker and API server).
 _SETTLE_MARGIN = timedelta(minutes=5)
 
@@ -121,11 +118,7 @@ class WatermarkPartitionsOperator(BaseOperator):
 
     def memory_key(self) -> str:
         """``watermark_partitions:<grain>:<normalised checkpoint>`` (its SHA-256 when longer than 512)."""
-        prefix = f"watermark_partitions:{self.grain}:"
-        key = prefix + memory_key(self.checkpoint)
-        if len(key) > _MAX_KEY_LENGTH:
-            key = prefix + "sha256:" + hashlib.sha256(memory_key(self.checkpoint).encode()).hexdigest()
-        return key
+        return state_store_key(f"watermark_partitions:{self.grain}:", self.checkpoint)
 
     def _load(self, store: Any, query_id: str | None) -> AnnouncedPartitions:
         key = self.memory_key()
