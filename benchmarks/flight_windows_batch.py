@@ -18,7 +18,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "spark_jobs"))
 
 from flight_inputs import EVENT_SCHEMA_DDL, classify, json_reader  # noqa: E402
-from streaming_driver import build_session  # noqa: E402
+from watermark_ops.spark import build_session  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

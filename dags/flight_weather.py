@@ -1,8 +1,9 @@
 """flight_weather: one restart of the flights × weather join per daily data interval of 2013.
 
-land_flights + land_weather → flight_weather (spark-submit: a stream-stream left-outer join with
-two watermarks, Trigger.AvailableNow) → collect_progress (this run's batches, last watermark, drop
-rate and delay-threshold advice to XCom).
+land_flights + land_weather → the run pattern (``watermark_ops.airflow.run.watermarked_run``):
+flight_weather (spark-submit: a stream-stream left-outer join with two watermarks,
+Trigger.AvailableNow) → collect_progress (this run's batches, last watermark, drop rate and
+delay-threshold advice to XCom) + late_ledger + audit_checkpoint.
 
 The multiple-watermark policy (``min`` or ``max``) is a Param, but Spark freezes it in the
 checkpoint at the first batch: on later runs a different value is ignored and the job logs that the
@@ -15,10 +16,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pendulum
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import CronDataIntervalTimetable, Param, dag, task
 
-from watermark_ops.airflow.operators import WatermarkAuditOperator
+from watermark_ops.airflow.run import watermarked_run
 from watermark_ops.examples.flights.settings import SPARK_JOBS_DIR, job_locations, spark_submit_env
 
 JOB = "flight_weather"
@@ -58,49 +58,30 @@ def flight_weather():
 
         return land_weather_interval(data_interval_start, data_interval_end, LOCATIONS["weather_landing"])
 
-    run_job = SparkSubmitOperator(
-        task_id=JOB,
+    # The run pattern: spark-submit the restart, then progress with the drop rate and delay-threshold
+    # advice, the late-row ledger, and the audit (the policy drift shows as conf_changed).
+    run = watermarked_run(
+        "flight_weather_run",
         application=str(SPARK_JOBS_DIR / "flight_weather_join.py"),
-        py_files=",".join(str(SPARK_JOBS_DIR / f) for f in ("checkpoint_lock.py", "flight_inputs.py", "streaming_driver.py")),
-        conn_id="spark_default",
-        name=JOB,
+        py_files=str(SPARK_JOBS_DIR / "flight_inputs.py"),
+        checkpoint=LOCATIONS["checkpoint"],
+        landings=[LOCATIONS["landing"], LOCATIONS["weather_landing"]],
         application_args=[
             "--landing", LOCATIONS["landing"],
             "--weather-landing", LOCATIONS["weather_landing"],
-            "--checkpoint", LOCATIONS["checkpoint"],
             "--output", LOCATIONS["output"],
             "--flights-delay-threshold", "{{ params.flights_delay_threshold }}",
             "--weather-delay-threshold", "{{ params.weather_delay_threshold }}",
             "--watermark-policy", "{{ params.watermark_policy }}",
-            "--run-tag", "{{ run_id }}",
         ],
         conf={
             "spark.sql.shuffle.partitions": "{{ params.shuffle_partitions }}",
             "spark.ui.showConsoleProgress": "false",
         },
         env_vars=spark_submit_env(),
-        execution_timeout=timedelta(minutes=30),
+        task_ids={"submit": JOB},
+        prefix_group_id=False,
     )
-
-    @task(multiple_outputs=True)
-    def collect_progress(run_id=None) -> dict:
-        """This run's batches and last watermark, plus its drop rate and delay-threshold advice."""
-        from watermark_ops.core.lateness import lateness_report
-        from watermark_ops.core.progress import run_report
-
-        report = run_report(LOCATIONS["checkpoint"], run_id)
-        lateness = lateness_report(LOCATIONS["checkpoint"],
-                                   [LOCATIONS["landing"], LOCATIONS["weather_landing"]]).to_dict()
-        report["lateness"] = lateness
-        report["drop_rate"] = next(
-            (run["drop_rate"] for run in lateness.get("runs", []) if run.get("run_tag") == run_id), None
-        )
-        return report
-
-    # Audited after every run, like flights_pipeline (the policy drift shows as conf_changed).
-    audit = WatermarkAuditOperator(task_id="audit_checkpoint", checkpoint=LOCATIONS["checkpoint"])
-
-    [land_flights(), land_weather()] >> run_job >> [collect_progress(), audit]
-
+    [land_flights(), land_weather()] >> run
 
 flight_weather()

@@ -1,6 +1,7 @@
 """flights_pipeline: one restart of the flight_windows streaming query per daily data interval of 2013.
 
-land (the flights that landed in the interval) → flight_windows (spark-submit, Trigger.AvailableNow,
+land (the flights that landed in the interval) → the run pattern
+(``watermark_ops.airflow.run.watermarked_run``): flight_windows (spark-submit, Trigger.AvailableNow,
 a restart of the same query from its checkpoint) → collect_progress (this run's micro-batches and
 last watermark to XCom) + late_ledger (every row this run's batches dropped as late, written to
 ``<output>_late/batch=<N>.jsonl``, and the balance input = aggregated + late + quarantined) + audit_checkpoint (the watermark never went backwards) + windows_complete
@@ -26,13 +27,10 @@ import os
 from datetime import timedelta
 
 import pendulum
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Asset, CronDataIntervalTimetable, Param, dag, task
 
 from watermark_ops.airflow.notifiers import WatermarkWebhookNotifier
-from watermark_ops.airflow.operators import WatermarkAuditOperator
-from watermark_ops.airflow.partitions import WatermarkPartitionsOperator
-from watermark_ops.airflow.sensors import WatermarkReachedSensor
+from watermark_ops.airflow.run import watermarked_run
 from watermark_ops.examples.flights.daily import DAY_ASSET_NAME, day_asset_uri, day_facts
 from watermark_ops.examples.flights.settings import SPARK_JOBS_DIR, job_locations, spark_submit_env
 
@@ -68,6 +66,10 @@ START = pendulum.datetime(2013, 1, 1, tz="America/New_York")
                         "rows whose event time is later than the batch's processing time plus this, so one "
                         "future-dated record cannot move the watermark ahead for good (the jumped state). "
                         "Leave it off for a replay of past data such as 2013."),
+        "max_files_per_trigger": Param(
+            None, type=["null", "integer"], minimum=1,
+            description="the file source's maxFilesPerTrigger: a run of several landed files becomes several "
+                        "micro-batches (empty: all files in one)"),
         "output_mode": Param("append", enum=["append", "update"],
                              description="append: each window once, when the watermark passes its end (Parquet); "
                                          "update: windows upserted every run and revised by late rows, into "
@@ -84,90 +86,58 @@ def flights_pipeline():
 
         return land_interval(data_interval_start, data_interval_end, LOCATIONS["landing"])
 
-    run_job = SparkSubmitOperator(
-        task_id=JOB,
-        application=str(SPARK_JOBS_DIR / "flight_windows.py"),
-        py_files=",".join(str(SPARK_JOBS_DIR / f) for f in ("checkpoint_lock.py", "flight_inputs.py", "streaming_driver.py", "upsert_sink.py")),
-        conn_id="spark_default",
-        name=JOB,
-        application_args=[
-            "--landing", LOCATIONS["landing"],
-            "--checkpoint", LOCATIONS["checkpoint"],
-            "--output", LOCATIONS["output"],
-            "--delay-threshold", "{{ params.delay_threshold }}",
-            "--trigger", "{{ params.spark_trigger }}",
-            "--run-tag", "{{ run_id }}",
-            # One token, so that an empty value (off) reaches the job as "" instead of a dangling flag.
-            "--max-event-time-ahead={{ params.max_event_time_ahead }}",
-            "--output-mode", "{{ params.output_mode }}",
-        ],
-        conf={
-            "spark.sql.shuffle.partitions": "{{ params.shuffle_partitions }}",
-            "spark.ui.showConsoleProgress": "false",
-        },
-        env_vars=spark_submit_env(),
-        execution_timeout=timedelta(minutes=30),
-    )
-
-    @task(multiple_outputs=True)
-    def collect_progress(run_id=None) -> dict:
-        """This run's micro-batches (batch ids, watermarks, windows emitted, drops), last watermark, and
-        rows kept aside (``quarantined_rows``, ``quarantined_by_reason``)."""
-        from watermark_ops.core.progress import run_report
-
-        return run_report(LOCATIONS["checkpoint"], run_id)
-
-    @task(multiple_outputs=True)
-    def late_ledger(run_id=None) -> dict:
-        """Every row this run's batches dropped as late (Spark counts only late groups), recovered from the
-        checkpoint and the landed files, written to ``<output>_late/batch=<N>.jsonl``; to XCom: ``rows_late``,
-        ``late_by_batch``, ``late_by_origin`` and the balance ``rows_in == rows_aggregated + rows_late +
-        rows_quarantined`` (``balanced``), Spark's own count as ``rows_dropped_by_watermark_spark``."""
-        from watermark_ops.core.ledger import reconcile_run
-
-        return reconcile_run(LOCATIONS["checkpoint"], run_id, sink=LOCATIONS["output"].rstrip("/") + "_late")
-
-    # Prove the watermark never went backwards, this run included; the audit's memory (the head it
-    # saw last time) lives in Airflow's asset state store, so it survives Spark's log purging.
-    audit = WatermarkAuditOperator(task_id="audit_checkpoint", checkpoint=LOCATIONS["checkpoint"])
-
+    # The run pattern: spark-submit the restart, then progress, the late-row ledger, the audit (the
+    # watermark never went backwards; its memory lives in Airflow's asset state store, so it survives
+    # Spark's log purging), the completeness gate and the day announcements.
+    #
     # Completeness gate. A run's watermark ends a little before its interval's end (the newest
     # departure that landed in it, minus the delay threshold), and max_active_runs=1 keeps the next
     # run from moving it further: so each run closes the interval *before* it, i.e. everything up
     # to data_interval_start (under Trigger.Once, whose windows appear one run later, one interval
     # earlier still).
-    complete = WatermarkReachedSensor(
-        task_id="windows_complete",
-        checkpoint=LOCATIONS["checkpoint"],
-        target="{{ data_interval_start if params.spark_trigger == 'availableNow' "
-               "else data_interval_start - macros.timedelta(days=1) }}",
-        asset=FLIGHT_WINDOWS_COMPLETE,
-        mode="reschedule",
-        poke_interval=60,
-        timeout=timedelta(hours=1),
-        retries=0,
-        max_lag=None,  # a replay of 2013 lags processing time by years by construction
-        on_failure_callback=WatermarkWebhookNotifier(checkpoint=LOCATIONS["checkpoint"]),
-    )
-
+    #
     # Completeness per New York day, as partitioned asset events: every day the emitted-through
     # watermark (what committed batches really wrote; under Trigger.Once one run later) newly closed,
     # announced once across retries, restarts and re-runs (memory in the asset state store). After
     # late_ledger, so each day's late rows so far are in its sink; skipped when no day closed.
-    announce_days = WatermarkPartitionsOperator(
-        task_id="announce_days",
+    run = watermarked_run(
+        "flight_windows_run",
+        application=str(SPARK_JOBS_DIR / "flight_windows.py"),
+        py_files=",".join(str(SPARK_JOBS_DIR / f) for f in ("flight_inputs.py", "upsert_sink.py")),
         checkpoint=LOCATIONS["checkpoint"],
-        asset=FLIGHT_WINDOWS_DAYS,
-        since=START.isoformat(),
-        grain="day",
-        timezone="America/New_York",
+        landings=[LOCATIONS["landing"]],
+        application_args=[
+            "--landing", LOCATIONS["landing"],
+            "--output", LOCATIONS["output"],
+            "--delay-threshold", "{{ params.delay_threshold }}",
+            # One token, so that an empty value (off) reaches the job as "" instead of a dangling flag.
+            "--max-event-time-ahead={{ params.max_event_time_ahead }}",
+            "--output-mode", "{{ params.output_mode }}",
+        ],
+        spark_trigger="{{ params.spark_trigger }}",
+        max_files_per_trigger="{{ params.max_files_per_trigger }}",
+        conf={
+            "spark.sql.shuffle.partitions": "{{ params.shuffle_partitions }}",
+            "spark.ui.showConsoleProgress": "false",
+        },
+        env_vars=spark_submit_env(),
+        late_sink=LOCATIONS["output"].rstrip("/") + "_late",
+        lateness=False,  # the delay-threshold advice reads every landed file: `watermark-ops lateness` on demand
+        complete_target="{{ data_interval_start if params.spark_trigger == 'availableNow' "
+                        "else data_interval_start - macros.timedelta(days=1) }}",
+        complete_asset=FLIGHT_WINDOWS_COMPLETE,
+        complete_kwargs={
+            "max_lag": None,  # a replay of 2013 lags processing time by years by construction
+            "on_failure_callback": WatermarkWebhookNotifier(checkpoint=LOCATIONS["checkpoint"]),
+        },
+        partition_asset=FLIGHT_WINDOWS_DAYS,
+        partition_since=START.isoformat(),
+        partition_timezone="America/New_York",
         partition_facts=day_facts(LOCATIONS["output"]),
-        retries=2,
+        task_ids={"submit": JOB, "complete": "windows_complete", "announce": "announce_days"},
+        prefix_group_id=False,
     )
-
-    ledger = late_ledger()
-    land() >> run_job >> [collect_progress(), ledger, audit, complete]
-    [ledger, complete] >> announce_days
+    land() >> run
 
 
 flights_pipeline()

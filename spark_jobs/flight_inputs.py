@@ -7,37 +7,20 @@ source with an explicit schema, and every row gets ``event_time`` (timestamp) an
 (null for a good row, else why it is kept aside). Nothing is dropped silently: the jobs keep bad
 rows in a quarantine sink (:func:`quarantined`), so good rows + quarantined rows = input rows.
 
-Reasons, the first that applies: ``invalid_encoding`` (the line is not valid UTF-8: Spark's JSON
-reader rejects the whole line and keeps its raw bytes, which the quarantine sink stores with
-U+FFFD in place of each invalid sequence), ``malformed_record`` (the line is not a JSON object of
-the schema: truncated, an array of scalars, plain text, ``{}``, a value of the wrong type in any
-field such as ``"flight": "abc"`` or ``"id": {}``, ``NaN``/``Infinity`` for a number, or a value
-longer than Jackson's 20,000,000-character limit),
-``null_event_time`` (for flights: a cancelled flight), ``unparseable_event_time`` (anything but
-ISO-8601 date-time text with a zone, e.g. ``2013-01-01T10:17:00Z``: Spark would otherwise read a
-bare number such as ``12345`` as the year 12345, or a zone-less text in the session zone),
-``future_event_time`` (only with a ``max_event_time_ahead``: the event time lies beyond the
-batch's processing time plus that tolerance), and for flights ``no_arrival`` (a diverted flight).
-
-What the file source does not make a row of: an empty file and a blank line (no record), and
-anything after the first JSON value of a line (``{...}{...}`` or ``{...} trailing`` yields the
-first object only); a line holding a JSON *array of objects* becomes one row per object.
-
-Why ``future_event_time``: one future-dated record moves the watermark ahead of processing time
-for good (the watermark never goes back), and every later on-time row is then dropped as late:
-the ``jumped`` state of the stall classification. With the option such a row is kept aside instead
-and never reaches ``withWatermark``. Processing time is Spark's ``current_timestamp()``, which a
-micro-batch evaluates as its own ``batchTimestampMs`` (the offsets file keeps it), so a re-run of
-a crashed batch classifies every row exactly as the first attempt did.
-
-The schemas are copies of the landers' event shapes (this module cannot import the plugin package
-under spark-submit); tests keep them equal. This module ships next to the job scripts, like
-``streaming_driver``.
+The rules (reasons, what the file source makes no row of, why ``future_event_time``) are those of
+the recorder's :mod:`watermark_ops.spark.inputs`, which the late-row ledger replays; the flights add
+``no_arrival`` (a diverted flight). The schemas are copies of the landers' event shapes; tests keep
+them equal. This module ships next to the job scripts (spark-submit ``--py-files``).
 """
 
 from __future__ import annotations
 
-import re
+from watermark_ops.spark.inputs import ISO_DATE_TIME, check_interval, classified_json_stream, classify, json_reader
+from watermark_ops.spark.inputs import quarantined as generic_quarantined
+
+__all__ = ["EVENT_SCHEMA_DDL", "ISO_DATE_TIME", "QUARANTINE_REASONS", "WEATHER_MEASUREMENTS", "WEATHER_SCHEMA_DDL",
+           "check_interval", "classified_events", "classified_json_stream", "classified_weather", "classify",
+           "json_reader", "quarantined"]
 
 # DDL of the lander's event (watermark_ops.examples.flights.lander); times are ISO-8601 UTC text, parsed in the job
 # so that an unparseable value is caught and quarantined instead of silently becoming null.
@@ -48,11 +31,6 @@ EVENT_SCHEMA_DDL = (
 )
 QUARANTINE_REASONS = ("invalid_encoding", "malformed_record", "null_event_time", "unparseable_event_time",
                       "future_event_time", "no_arrival")
-# What the landers write (``2013-01-01T10:17:00Z``) and other ISO-8601 date-times with a zone; checked before
-# try_to_timestamp, which also takes a bare number as a year ("12345" is the year 12345: a watermark jump).
-ISO_DATE_TIME = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:?\d{2})$"
-_INTERVAL = re.compile(r"^\s*\d+\s+(second|minute|hour|day)s?(\s+\d+\s+(second|minute|hour|day)s?)*\s*$")
-
 # DDL of the weather lander's event (watermark_ops.examples.flights.weather_lander); time_hour is ISO-8601 UTC text,
 # parsed in the job so that an unparseable value is quarantined instead of silently becoming null.
 WEATHER_SCHEMA_DDL = (
@@ -61,83 +39,6 @@ WEATHER_SCHEMA_DDL = (
     "visib DOUBLE, stream_time STRING, _corrupt_record STRING"
 )
 WEATHER_MEASUREMENTS = ("temp", "dewp", "humid", "wind_dir", "wind_speed", "wind_gust", "precip", "pressure", "visib")
-
-
-def check_interval(value: str | None) -> str | None:
-    """``value`` when it is a Spark interval of whole seconds, minutes, hours or days (``"1 hour"``,
-    ``"2 hours 30 minutes"``), None for None.
-
-    :raises ValueError: for anything else, naming the value.
-    """
-    if value is not None and not _INTERVAL.match(value):
-        raise ValueError(f"expected an interval such as '1 hour' or '2 days 6 hours', got {value!r}")
-    return value
-
-
-def classified_json_stream(spark, landing: str, schema_ddl: str, event_time_field: str,
-                           max_files_per_trigger: int | None = None, required_fields: dict[str, str] | None = None,
-                           max_event_time_ahead: str | None = None):
-    """A landing folder of JSON lines as a stream with ``event_time`` (timestamp) and ``reason``.
-
-    File source with an explicit schema (``schema_ddl`` must include ``_corrupt_record STRING``),
-    ``PERMISSIVE`` mode, ``allowNonNumericNumbers`` off (a ``NaN`` or ``Infinity`` number, quoted
-    or not, makes the line malformed instead of poisoning a window's mean and max). The event time
-    is parsed in the job (ISO-8601 date-time with a zone, :data:`ISO_DATE_TIME`, then
-    ``try_to_timestamp``) so that an unparseable value is caught instead of silently becoming null
-    or a far-off year. ``reason`` is null for a good row, else the first that applies:
-    ``invalid_encoding`` (the line is not valid UTF-8; its text is in ``_corrupt_record``),
-    ``malformed_record`` (the line is not a JSON object of the schema, or has none of its fields;
-    its text is in ``_corrupt_record``), ``null_event_time``, ``unparseable_event_time``, ``future_event_time``
-    when ``max_event_time_ahead`` (a Spark interval, :func:`check_interval`) is given and the event
-    time is later than the batch's processing time plus it, then ``required_fields``' reasons
-    (``{reason: field}``: the field is null).
-
-    :raises ValueError: when ``max_event_time_ahead`` is not such an interval.
-    """
-    reader = spark.readStream
-    if max_files_per_trigger:
-        reader = reader.option("maxFilesPerTrigger", max_files_per_trigger)
-    raw = json_reader(reader, schema_ddl).json(landing)
-    return classify(raw, schema_ddl, event_time_field, required_fields, max_event_time_ahead)
-
-
-def json_reader(reader, schema_ddl: str):
-    """A ``DataStreamReader`` or ``DataFrameReader`` set up as the jobs read JSON lines: the
-    explicit schema, ``PERMISSIVE`` mode with ``_corrupt_record``, ``allowNonNumericNumbers`` off."""
-    return reader.schema(schema_ddl).option("mode", "PERMISSIVE").option(
-        "columnNameOfCorruptRecord", "_corrupt_record").option("allowNonNumericNumbers", "false")
-
-
-def classify(raw, schema_ddl: str, event_time_field: str, required_fields: dict[str, str] | None = None,
-             max_event_time_ahead: str | None = None):
-    """``raw`` (rows read by :func:`json_reader`, streaming or batch) with ``event_time`` and
-    ``reason`` added by the rules of :func:`classified_json_stream`.
-
-    :raises ValueError: when ``max_event_time_ahead`` is not an interval (:func:`check_interval`).
-    """
-    from pyspark.sql import functions as F
-
-    event_time = F.when(F.col(event_time_field).rlike(ISO_DATE_TIME),
-                        F.expr(f"try_to_timestamp({event_time_field})"))
-    # Every field of the schema is referenced here, on purpose: Spark's JSON reader parses only the
-    # columns a query reads, and a wrong-typed field it does not read does not make the line malformed.
-    # Without this, the windows query and the quarantine query (which read different columns) would
-    # disagree on which rows are bad, and a row could be neither counted nor kept aside.
-    fields = [part.split()[0] for part in schema_ddl.split(", ") if part.split()[0] != "_corrupt_record"]
-    no_field = ~F.greatest(*(F.col(name).isNotNull() for name in fields))  # {} or only unknown keys
-    reason = (
-        # Jackson rejects invalid UTF-8; Spark keeps the line's raw bytes in _corrupt_record.
-        F.when(~F.expr("is_valid_utf8(_corrupt_record)"), F.lit("invalid_encoding"))
-        .when(F.col("_corrupt_record").isNotNull() | no_field, F.lit("malformed_record"))
-        .when(F.col(event_time_field).isNull(), F.lit("null_event_time"))
-        .when(event_time.isNull(), F.lit("unparseable_event_time"))
-    )
-    if check_interval(max_event_time_ahead):
-        latest = F.expr(f"current_timestamp() + INTERVAL '{max_event_time_ahead}'")
-        reason = reason.when(event_time > latest, F.lit("future_event_time"))
-    for name, field in (required_fields or {}).items():
-        reason = reason.when(F.col(field).isNull(), F.lit(name))
-    return raw.withColumn("event_time", event_time).withColumn("reason", reason)
 
 
 def classified_events(spark, landing: str, max_files_per_trigger: int | None = None,
@@ -152,26 +53,10 @@ def classified_events(spark, landing: str, max_files_per_trigger: int | None = N
 
 
 def quarantined(events):
-    """Bad rows with their reason, the raw line when malformed, and the file they came from.
-
-    ``_corrupt_record`` is the line's text, made valid UTF-8 (U+FFFD for each invalid sequence;
-    the original bytes stay in ``source_file``).
-
-    Counted per micro-batch with ``Dataset.observe`` (metrics ``quarantine``: ``rows`` and one
-    count per reason), which Spark reports in the batch's progress as ``observedMetrics``.
-    """
-    from pyspark.sql import functions as F
-
-    bad = events.where(F.col("reason").isNotNull()).select(
-        "reason", "id", "origin", "status", "dep_time", "arr_time", "stream_time",
-        # A Parquet string must be UTF-8 (Arrow, pandas refuse the raw bytes): U+FFFD for each invalid sequence.
-        F.expr("make_valid_utf8(_corrupt_record)").alias("_corrupt_record"),
-        F.col("_metadata.file_path").alias("source_file"),
-    )
-    counts = [F.count(F.lit(1)).alias("rows")] + [
-        F.sum(F.when(F.col("reason") == reason, 1).otherwise(0)).alias(reason) for reason in QUARANTINE_REASONS
-    ]
-    return bad.observe("quarantine", *counts)
+    """Bad flight rows with their reason, the raw line when malformed, and the file they came from;
+    counted per micro-batch (``quarantine`` observed metrics), see :func:`watermark_ops.spark.inputs.quarantined`."""
+    return generic_quarantined(events, ("id", "origin", "status", "dep_time", "arr_time", "stream_time"),
+                               QUARANTINE_REASONS)
 
 
 def classified_weather(spark, landing: str, max_files_per_trigger: int | None = None):

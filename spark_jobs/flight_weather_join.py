@@ -61,7 +61,7 @@ Usage (spark-submit or plain python)::
         [--weather-delay-threshold "3 hours"] [--watermark-policy min|max] [--trigger availableNow|once]
 
 Exit status: 0 when both queries finished, 1 with the query's exception when one failed, 3 when
-another driver holds the checkpoint (``<checkpoint>.lock``, see ``checkpoint_lock``): nothing was started.
+another driver holds the checkpoint (``<checkpoint>.lock``, see ``watermark_ops.spark.checkpoint_lock``): nothing was started.
 """
 
 from __future__ import annotations
@@ -73,10 +73,17 @@ import os
 import sys
 from dataclasses import dataclass
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # flight_inputs, streaming_driver, in client mode
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # flight_inputs, upsert_sink, in client mode
 
-from flight_inputs import WEATHER_MEASUREMENTS, classified_events, classified_weather, quarantined  # noqa: E402
-from streaming_driver import (  # noqa: E402
+from flight_inputs import (  # noqa: E402
+    EVENT_SCHEMA_DDL,
+    WEATHER_MEASUREMENTS,
+    WEATHER_SCHEMA_DDL,
+    classified_events,
+    classified_weather,
+    quarantined,
+)
+from watermark_ops.spark import (  # noqa: E402
     POLICY_CONF,
     add_run_arguments,
     checkpoint_watermark_policy,
@@ -224,7 +231,7 @@ def run(spark, config: JoinConfig) -> dict:
         "state_operators": [{"batch_id", "operators": [{"operator", "rows_dropped_by_watermark",
         "state_rows"}]}], "watermark_policy": {"requested", "effective"}},
         "flight_weather_quarantine": {"query_id", "batches", "state_operators"}}``; records are
-        those of this run (shape in ``streaming_driver``); ``effective`` is None when the
+        those of this run (shape in ``watermark_ops.spark.driver``); ``effective`` is None when the
         checkpoint's policy could not be read.
     :raises pyspark.errors.StreamingQueryException: when a query failed (after recording its
         batches and stopping the other query).
@@ -242,7 +249,9 @@ def run(spark, config: JoinConfig) -> dict:
     # Deduplication and the join drop rows by event time (one field and delay threshold per source,
     # in plan order: flights, weather); recorded on every progress record for the late-row ledger.
     rules = {QUERY_NAME: late_rule("event_time", ["dep_time", "time_hour"],
-                                   [config.flights_delay_threshold, config.weather_delay_threshold])}
+                                   [config.flights_delay_threshold, config.weather_delay_threshold],
+                                   schema=[EVENT_SCHEMA_DDL, WEATHER_SCHEMA_DDL],
+                                   required_fields=[{"no_arrival": "arr_time"}, {}])}
     result = {
         query.name: {"query_id": str(query.id), "batches": records, "state_operators": _state_operators(query)}
         for query, records in run_queries(spark, plans, config.spark_trigger, config.run_tag,
@@ -256,7 +265,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--landing", required=True, help="landing folder of the flights lander's JSON-lines files")
     parser.add_argument("--weather-landing", required=True, help="landing folder of the weather lander's files")
-    parser.add_argument("--checkpoint", required=True, help="checkpoint of the join query")
     parser.add_argument("--output", required=True, help="Parquet sink of the joined rows")
     parser.add_argument("--quarantine-output", help="Parquet sink of bad records (default <output>_quarantine)")
     parser.add_argument("--quarantine-checkpoint", help="default <checkpoint>_quarantine")

@@ -40,7 +40,7 @@ Usage (spark-submit or plain python)::
         [--upsert-sink FILE.duckdb | --upsert-dsn postgresql://...]
 
 Exit status: 0 when both queries finished, 1 with the query's exception when one failed, 3 when
-another driver holds the checkpoint (``<checkpoint>.lock``, see ``checkpoint_lock``): nothing was started.
+another driver holds the checkpoint (``<checkpoint>.lock``, see ``watermark_ops.spark.checkpoint_lock``): nothing was started.
 """
 
 from __future__ import annotations
@@ -50,10 +50,10 @@ import os
 import sys
 from dataclasses import dataclass
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # flight_inputs, streaming_driver, in client mode
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # flight_inputs, upsert_sink, in client mode
 
-from flight_inputs import check_interval, classified_events, quarantined  # noqa: E402
-from streaming_driver import (  # noqa: E402
+from flight_inputs import EVENT_SCHEMA_DDL, check_interval, classified_events, quarantined  # noqa: E402
+from watermark_ops.spark import (  # noqa: E402
     add_run_arguments,
     execute,
     late_rule,
@@ -124,7 +124,7 @@ def hourly_windows(events, delay_threshold: str):
     ``mean_dep_delay`` and ``max_dep_delay`` (minutes).
 
     Each micro-batch's newest event time per origin is observed (``Dataset.observe``, see
-    ``streaming_driver.observe_partition_event_times``) and lands in the progress log as
+    ``watermark_ops.spark.observe_partition_event_times``) and lands in the progress log as
     ``event_time_max_ms_by_partition``; the output is unchanged.
     """
     from pyspark.sql import functions as F
@@ -155,7 +155,7 @@ def run(spark, config: JobConfig) -> dict:
 
     :return: ``{"flight_windows": {"query_id", "batches": [progress records]},
         "flight_windows_quarantine": {...}}``; the records are those of this run (see
-        ``streaming_driver`` for their shape).
+        ``watermark_ops.spark.driver`` for their shape).
     In update output mode the windows go to ``config``'s upsert sink (:func:`windows_sink`);
     Spark's progress then reports no sink row count (``output_rows`` null: ``ForeachBatchSink``
     reports none), and ``state_rows_removed`` counts windows the watermark finalised and evicted,
@@ -172,7 +172,8 @@ def run(spark, config: JobConfig) -> dict:
     ]
     # Recorded on every progress record, so the late-row ledger reads the rule instead of guessing it.
     rules = {QUERY_NAME: late_rule("window_end", "dep_time", config.delay_threshold, WINDOW_DURATION,
-                                   config.max_event_time_ahead)}
+                                   config.max_event_time_ahead, schema=EVENT_SCHEMA_DDL,
+                                   required_fields={"no_arrival": "arr_time"})}
     return {
         query.name: {"query_id": str(query.id), "batches": records}
         for query, records in run_queries(spark, plans, config.spark_trigger, config.run_tag,
@@ -192,7 +193,6 @@ def windows_sink(config: JobConfig):
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--landing", required=True, help="landing folder of the lander's JSON-lines files")
-    parser.add_argument("--checkpoint", required=True, help="checkpoint of the windows query")
     parser.add_argument("--output", required=True, help="Parquet sink of the windows")
     parser.add_argument("--quarantine-output", help="Parquet sink of bad records (default <output>_quarantine)")
     parser.add_argument("--quarantine-checkpoint", help="default <checkpoint>_quarantine")

@@ -47,7 +47,7 @@ def spark():
     """
     import logging
 
-    from streaming_driver import build_session
+    from watermark_ops.spark import build_session
 
     # py4j logs connection closes at INFO from __del__, after pytest has closed its streams:
     # the "--- Logging error ---" noise would otherwise follow pytest's closing summary line.

@@ -186,7 +186,7 @@ def test_killing_the_spark_task_kills_the_driver(tmp_path):
     checkpoint = tmp_path / "ck"
     operator = SparkSubmitOperator(
         task_id="flight_windows", application=str(SPARK_JOBS_DIR / "flight_windows.py"),
-        py_files=",".join(str(SPARK_JOBS_DIR / f) for f in ("checkpoint_lock.py", "flight_inputs.py", "streaming_driver.py")),
+        py_files=str(SPARK_JOBS_DIR / "flight_inputs.py"),
         conf={"spark.sql.shuffle.partitions": "2"},
         application_args=["--landing", str(tmp_path / "landing"), "--checkpoint", str(checkpoint),
                           "--output", str(tmp_path / "out"), "--max-files-per-trigger", "1"],

@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint_lock import CheckpointInUse, checkpoint_lock, lock_path
-from streaming_driver import EXIT_CHECKPOINT_IN_USE
+from watermark_ops.spark import CheckpointInUse, checkpoint_lock, lock_path
+from watermark_ops.spark import EXIT_CHECKPOINT_IN_USE
 from tests.watermark_ops import checkpoint_fixtures as cf
 from watermark_ops.core.audit import run_audit
 
 pytestmark = pytest.mark.timeout(600)
 SPARK_JOBS = Path(__file__).resolve().parents[2] / "spark_jobs"
-HOLD = ("import sys, time; sys.path.insert(0, sys.argv[2]); from checkpoint_lock import checkpoint_lock\n"
+HOLD = ("import sys, time; sys.path.insert(0, sys.argv[2]); from watermark_ops.spark import checkpoint_lock\n"
         "with checkpoint_lock(sys.argv[1]):\n    print('held', flush=True); time.sleep(600)\n")
 
 
@@ -74,8 +74,7 @@ def test_a_checkpoint_elsewhere_is_not_locked(caplog):
 def _spark_submit(dirs: cf.JobDirs, log: Path, extra: list[str]) -> subprocess.Popen:
     command = [str(Path(sys.executable).parent / "spark-submit"), "--master", "local[2]",
                "--conf", "spark.sql.shuffle.partitions=2", "--conf", "spark.ui.showConsoleProgress=false",
-               "--py-files", ",".join(str(SPARK_JOBS / f) for f in ("checkpoint_lock.py", "flight_inputs.py",
-                                                                     "streaming_driver.py")),
+               "--py-files", str(SPARK_JOBS / "flight_inputs.py"),
                *cf.job_command(dirs, extra)[1:]]
     command.remove("--master")  # job_command's own --master local[2]: spark-submit sets it here
     command.remove("local[2]")

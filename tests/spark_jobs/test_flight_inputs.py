@@ -14,7 +14,7 @@ from flight_inputs import (
     classified_events,
     quarantined,
 )
-from streaming_driver import run_queries
+from watermark_ops.spark import run_queries
 from watermark_ops.examples.flights.lander import flight_events
 from watermark_ops.examples.flights.weather_lander import MEASUREMENTS, weather_events
 

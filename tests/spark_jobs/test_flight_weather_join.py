@@ -26,7 +26,7 @@ import pendulum
 import pytest
 
 import flight_weather_join as job
-from streaming_driver import checkpoint_watermark_policy
+from watermark_ops.spark import checkpoint_watermark_policy
 from watermark_ops.core.audit import run_audit
 from watermark_ops.core.checkpoint import read_checkpoint
 from watermark_ops.core.lateness import lateness_report

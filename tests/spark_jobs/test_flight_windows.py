@@ -21,7 +21,7 @@ import pendulum
 import pytest
 
 import flight_windows as fw
-from streaming_driver import progress_log_path
+from watermark_ops.spark import progress_log_path
 from watermark_ops.core import progress
 from watermark_ops.core.progress import read_progress_log, summarize_run
 from watermark_ops.examples.flights import lander

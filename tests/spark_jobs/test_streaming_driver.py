@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from streaming_driver import POLICY_CONF, checkpoint_watermark_policy, land_tick, owed_trailing_batch
+from watermark_ops.spark import POLICY_CONF, checkpoint_watermark_policy, land_tick, owed_trailing_batch
 
 
 def test_checkpoint_watermark_policy_reads_the_latest_offsets_file(tmp_path):
@@ -53,7 +53,7 @@ def test_a_trailing_batch_is_owed_only_after_a_commit_that_moved_the_watermark(t
 
 def test_progress_record_copies_the_per_partition_event_times_out_of_observed_metrics():
     """The shape Spark 4.2 reports (``StreamingQueryProgress.observedMetrics``, a long per partition)."""
-    from streaming_driver import progress_record
+    from watermark_ops.spark import progress_record
 
     progress = {"id": "q", "runId": "r", "batchId": 3, "timestamp": "2026-01-01T00:00:00.000Z",
                 "numInputRows": 5, "durationMs": {"addBatch": 1},
@@ -71,7 +71,7 @@ def test_progress_record_copies_the_per_partition_event_times_out_of_observed_me
 
 
 def test_observe_partition_event_times_refuses_no_partitions_or_the_other_bucket():
-    from streaming_driver import observe_partition_event_times
+    from watermark_ops.spark import observe_partition_event_times
 
     for bad in ((), ("EWR", "(other)")):
         with pytest.raises(ValueError, match="expected partition values"):

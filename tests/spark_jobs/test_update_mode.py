@@ -24,7 +24,7 @@ import pendulum
 import pytest
 
 import flight_windows as fw
-from streaming_driver import progress_log_path
+from watermark_ops.spark import progress_log_path
 from upsert_sink import BATCHES_TABLE, WINDOWS_TABLE, UpsertSink, UpsertSinkError, checkpoint_query_id
 from watermark_ops.core.progress import read_progress_log
 from watermark_ops.examples.flights import lander

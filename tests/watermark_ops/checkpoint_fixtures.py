@@ -214,7 +214,7 @@ def purged_history(spark) -> PurgedHistory:
 
 def progress_records(checkpoint: Path) -> list[dict]:
     """The job's progress log beside ``checkpoint`` (written by the job itself)."""
-    from streaming_driver import progress_log_path
+    from watermark_ops.spark import progress_log_path
 
     path = Path(progress_log_path(str(checkpoint)))
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

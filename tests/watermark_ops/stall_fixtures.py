@@ -2,7 +2,7 @@
 
 Two writers, both restarted in-process on the shared ``spark`` fixture (each run is a real
 restart of the query from its checkpoint) and both writing the progress log beside the checkpoint
-(``streaming_driver.ProgressRecorder``):
+(``watermark_ops.spark.ProgressRecorder``):
 
 * the main job, ``spark_jobs/flight_windows.py`` over real flights of 2013 landed by
   ``watermark_ops.examples.flights.lander`` (null event times, an old backlog, a future-dated record);
@@ -43,7 +43,7 @@ def now_ms() -> int:
 
 def _restart(spark, frame, checkpoint: str, spark_trigger: str, run_tag: str) -> list[dict]:
     """Start ``frame`` (append, noop sink) from ``checkpoint``, wait, return this run's progress records."""
-    from streaming_driver import ProgressRecorder, apply_spark_trigger, progress_log_path
+    from watermark_ops.spark import ProgressRecorder, apply_spark_trigger, progress_log_path
 
     recorder = ProgressRecorder(spark, run_tag, spark_trigger)
     writer = frame.writeStream.format("noop").outputMode("append").option("checkpointLocation", checkpoint)

@@ -3,7 +3,7 @@
 Two views of lateness, both in epoch milliseconds UTC (durations in ms, or ``timedelta``):
 
 * **What Spark dropped**, per run, from the job's progress log (``<checkpoint>.progress.jsonl``,
-  written by ``spark_jobs/streaming_driver.ProgressRecorder``; one line per micro-batch):
+  written by ``watermark_ops.spark.ProgressRecorder``; one line per micro-batch):
   ``rows_dropped_by_watermark`` / ``input_rows`` over the run's batches. A run is one start of
   the query (Spark's ``run_id``, new at each restart; ``run_tag`` is the Airflow run id the job
   was given). Spark's ``numRowsDroppedByWatermark`` is counted at each stateful operator's input:
@@ -113,7 +113,7 @@ class RunDrops:
 
 
 def drops_per_run(records: Iterable[dict[str, Any]]) -> list[RunDrops]:
-    """Group progress-log records (shape in ``spark_jobs/streaming_driver.py``) by run.
+    """Group progress-log records (shape in ``watermark_ops.spark.driver``) by run.
 
     :param records: progress-log records of one checkpoint, any order.
     :return: one :class:`RunDrops` per ``(query_id, run_id)``, in the order the runs started

@@ -11,7 +11,7 @@ micro-batch from what the checkpoint and the landing folder keep, without touchi
    ``FileStreamSourceLog`` / ``CompactibleFileStreamLog``): the files batch N read are those of
    the log offsets in ``(end of N-1, end of N]``;
 3. the rule, from the job's progress log (``<checkpoint>.progress.jsonl``, field ``late_rule``,
-   written by ``spark_jobs/streaming_driver.py``; shape there):
+   written by ``watermark_ops.spark.driver``; shape there):
 
    * ``window_end`` (a tumbling event-time window aggregation): a row is late when its window's
      end (``floor(event time / window_ms) * window_ms + window_ms``) is ``<=`` the batch's
@@ -70,7 +70,7 @@ __all__ = [
     "write_late_rows",
 ]
 
-#: The tick files the driver lands for an owed trailing batch (``streaming_driver.land_tick``): empty.
+#: The tick files the driver lands for an owed trailing batch (``watermark_ops.spark.land_tick``): empty.
 TICK_PREFIX = "watermark-ops-tick-"
 _HOUR_US = 3_600_000_000
 _LONG = (-(2**63), 2**63 - 1)

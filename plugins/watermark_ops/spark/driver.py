@@ -1,6 +1,7 @@
-"""The driver side of every watermark-ops Spark job: session, Spark trigger, progress listener.
+"""The recorder: the driver side of any Spark job audited by watermark-ops (session, Spark trigger,
+progress listener, checkpoint lock, exit path). Public names are re-exported by :mod:`watermark_ops.spark`.
 
-What each job script does around its own pipeline, in the order of this module:
+What a job script does around its own pipeline, in the order of this module:
 
 * the session (:func:`build_session`) and the Spark trigger (:func:`apply_spark_trigger`);
 * the progress listener (:class:`ProgressRecorder`), which writes the progress log below, and the
@@ -10,9 +11,10 @@ What each job script does around its own pipeline, in the order of this module:
   (:func:`execute`), and the exit path (:func:`run_driver`, :func:`exit_with_launcher`,
   :func:`exit_process`).
 
-What the flight jobs read is in ``flight_inputs``. This module ships next to each job script
-(spark-submit ``--py-files``, or the script's own folder on ``sys.path`` in client mode). It
-imports pyspark, so it is never imported by DAG files.
+The driver imports it from the installed ``watermark-ops`` package (``pip install
+watermark-ops[spark]`` where the driver runs, or the built wheel in spark-submit ``--py-files``).
+It needs pyspark (imported inside the functions that use it), so the Airflow side of the package
+never imports it: a worker that only submits jobs may not have pyspark.
 
 The progress log
 ----------------
@@ -36,7 +38,8 @@ appended to ``<checkpoint>.progress.jsonl`` (beside the checkpoint). One line pe
      "event_time_max_ms_by_partition": {value: int | null} | null,  # newest event time per partition
      "sources": [{"description": str, "start_offset": ..., "end_offset": ..., "input_rows": int}],
      "spark_trigger": "availableNow" | "once",
-     "requested_conf": {key: value},  # what this run's session asked for, of FROZEN_CONFS
+     "requested_conf": {key: value},  # what this run's session asked for, of RECORDED_CONFS
+     "spark_version": str,        # the driver's pyspark version (e.g. "4.2.0"): which late-row rule applies
      "late_rule": {...} | null}   # which rows this query drops as late, see below
 
 ``late_rule`` says which rows the query's stateful operator drops as late, so that a reader of the
@@ -54,7 +57,11 @@ The watermark is the batch's ``batchWatermarkMs`` (offsets/N), all instants epoc
 ``event_time`` names the field of the landed JSON event the query takes its event time from;
 ``max_event_time_ahead_ms`` is the job's ``--max-event-time-ahead`` (null: off), which decides
 which rows are quarantined before they reach the watermark. A query without a watermark (the
-quarantine queries) records null. :func:`late_rule` builds the dict.
+quarantine queries) records null. :func:`late_rule` builds the dict. When the job reads its
+landing folders with :func:`watermark_ops.spark.inputs.classified_json_stream` and passes the same
+schema, the rule also carries ``"inputs": [{"event_time": field, "schema": {field: "long" | "int" |
+"double" | "string"}, "required": {reason: field}}]`` (one per source in plan order), so the
+ledger replays the landed lines with the job's own schema, whatever the job.
 
 ``event_time_max_ms_by_partition`` is the newest event time (epoch ms UTC) of the batch's rows per
 value of ``partition_column`` (``{"EWR": ms, "JFK": ms, "LGA": ms}``; null: no row of it in the
@@ -89,7 +96,8 @@ import warnings
 from datetime import datetime
 from typing import Any, Callable
 
-from checkpoint_lock import CheckpointInUse, checkpoint_lock
+from watermark_ops.core.progress import progress_log_path
+from watermark_ops.spark.lock import CheckpointInUse, checkpoint_lock
 
 log = logging.getLogger("watermark_ops.spark")
 
@@ -101,6 +109,12 @@ POLICY_CONF = "spark.sql.streaming.multipleWatermarkPolicy"
 # overrides on every restart. Each run records what its session asked for, so the audit can report
 # a request the checkpoint ignored (OffsetSeqMetadata.setSessionConf in OffsetSeq.scala).
 FROZEN_CONFS = (POLICY_CONF, "spark.sql.shuffle.partitions")
+#: Whether late rows are filtered against the previous batch's watermark (true, Spark 3.4+ default;
+#: ``IncrementalExecution.eventTimeWatermarkForLateEvents``) or the current one. A session conf that
+#: the offset log does not record, so the recorder does.
+ALLOW_MULTIPLE_CONF = "spark.sql.streaming.statefulOperator.allowMultiple"
+#: The confs each progress record carries under ``requested_conf`` (the session's values).
+RECORDED_CONFS = (*FROZEN_CONFS, ALLOW_MULTIPLE_CONF)
 # OffsetSeqMetadata.relevantSQLConfDefaultValues: a checkpoint whose offsets conf lacks the key
 # (written before Spark 2.4) runs with the default policy.
 CHECKPOINT_DEFAULT_POLICY = "min"
@@ -193,16 +207,47 @@ def interval_ms(text: str | None) -> int | None:
     return sum(int(count) * _INTERVAL_UNIT_MS[unit.lower()] for count, unit in parts)
 
 
+#: Spark SQL DDL types → the JSON kinds the ledger checks a landed value against.
+_DDL_KINDS = {"BIGINT": "long", "LONG": "long", "INT": "int", "INTEGER": "int", "DOUBLE": "double",
+              "STRING": "string"}
+
+
+def schema_kinds(schema_ddl: str) -> dict[str, str]:
+    """``"id BIGINT, origin STRING, temp DOUBLE, _corrupt_record STRING"`` → ``{"id": "long",
+    "origin": "string", "temp": "double"}`` (``_corrupt_record`` left out).
+
+    :raises ValueError: for a type other than BIGINT/LONG, INT/INTEGER, DOUBLE or STRING (the ledger
+        could not replay Spark's JSON conversion of it), naming the field.
+    """
+    kinds = {}
+    for part in schema_ddl.split(","):
+        name, _, kind = part.strip().partition(" ")
+        if not name or name == "_corrupt_record":
+            continue
+        if kind.strip().upper() not in _DDL_KINDS:
+            raise ValueError(f"field {name!r}: type {kind.strip()!r} is not one the late-row ledger replays "
+                             f"(expected one of {sorted(_DDL_KINDS)})")
+        kinds[name] = _DDL_KINDS[kind.strip().upper()]
+    return kinds
+
+
 def late_rule(kind: str, event_time: str | list[str], delay_threshold: str | list[str],
-              window: str | None = None, max_event_time_ahead: str | None = None) -> dict[str, Any]:
+              window: str | None = None, max_event_time_ahead: str | None = None,
+              schema: str | list[str] | None = None,
+              required_fields: dict[str, str] | list[dict[str, str]] | None = None) -> dict[str, Any]:
     """The ``late_rule`` of a progress record (shape in the module docstring).
 
-    :param kind: ``"window_end"`` (tumbling window aggregation, ``window`` required) or ``"event_time"``.
+    :param kind: ``"window_end"`` (tumbling window aggregation, ``window`` required) or ``"event_time"``
+        (deduplication or stream-stream join).
     :param event_time: the landed field the event time comes from (a list: one per source).
     :param delay_threshold: the ``withWatermark`` delay threshold(s), Spark intervals.
     :param window: the tumbling window duration (``"1 hour"``).
     :param max_event_time_ahead: the job's future-time tolerance, None when off.
-    :raises ValueError: for another kind, or a window_end rule without a window of whole units.
+    :param schema: the DDL each source is read with (:func:`watermark_ops.spark.inputs.classified_json_stream`;
+        a list: one per source); recorded as ``inputs`` so the ledger can replay any job's lines.
+    :param required_fields: ``{reason: field}`` quarantine rules of each source (a list: one per source).
+    :raises ValueError: for another kind, a window_end rule without a window of whole units, or a
+        schema type the ledger cannot replay.
     """
     if kind not in ("window_end", "event_time"):
         raise ValueError(f"late rule kind must be window_end or event_time, got {kind!r}")
@@ -214,6 +259,15 @@ def late_rule(kind: str, event_time: str | list[str], delay_threshold: str | lis
     rule["delay_threshold_ms"] = ([interval_ms(d) for d in delay_threshold] if isinstance(delay_threshold, list)
                                   else interval_ms(delay_threshold))
     rule["max_event_time_ahead_ms"] = interval_ms(max_event_time_ahead)
+    if schema is not None:
+        fields = event_time if isinstance(event_time, list) else [event_time]
+        schemas = schema if isinstance(schema, list) else [schema]
+        required = required_fields if isinstance(required_fields, list) else [required_fields or {}] * len(fields)
+        if not (len(fields) == len(schemas) == len(required)):
+            raise ValueError(f"one schema and one required_fields per event-time field: {len(fields)} fields, "
+                             f"{len(schemas)} schemas, {len(required)} required_fields")
+        rule["inputs"] = [{"event_time": f, "schema": schema_kinds(d), "required": dict(r or {})}
+                          for f, d, r in zip(fields, schemas, required)]
     return rule
 
 
@@ -266,7 +320,7 @@ def _partition_event_times(observed: dict[str, Any]) -> tuple[str | None, dict[s
 
 def progress_record(progress: dict[str, Any], run_tag: str | None, spark_trigger: str,
                     requested_conf: dict[str, str] | None = None,
-                    late_rule: dict[str, Any] | None = None) -> dict[str, Any]:
+                    late_rule: dict[str, Any] | None = None, spark_version: str | None = None) -> dict[str, Any]:
     """Reduce one ``StreamingQueryProgress`` JSON (a dict) to the progress-log line shape above;
     ``late_rule`` is the query's (:func:`late_rule`), None for a query without a watermark;
     ``event_time_max_ms_by_partition`` comes from ``observedMetrics`` (:func:`observe_partition_event_times`)."""
@@ -306,6 +360,7 @@ def progress_record(progress: dict[str, Any], run_tag: str | None, spark_trigger
         ],
         "spark_trigger": spark_trigger,
         "requested_conf": dict(requested_conf or {}),
+        "spark_version": spark_version,
         "late_rule": late_rule,
     }
 
@@ -324,8 +379,9 @@ class ProgressRecorder:
         self._run_tag = run_tag
         self._spark_trigger = spark_trigger
         self._requested_conf = {
-            key: value for key in FROZEN_CONFS if (value := spark.conf.get(key, None)) is not None
+            key: value for key in RECORDED_CONFS if (value := spark.conf.get(key, None)) is not None
         }
+        self._spark_version = spark.version
         self._logs: dict[str, str] = {}          # query id -> progress log location
         self._rules: dict[str, dict[str, Any] | None] = {}  # query id -> late rule
         self._written: set[tuple[str, str, int]] = set()
@@ -378,7 +434,7 @@ class ProgressRecorder:
                 return
             self._written.add(key)
             record = progress_record(progress, self._run_tag, self._spark_trigger, self._requested_conf,
-                                     self._rules.get(query_id))
+                                     self._rules.get(query_id), self._spark_version)
             fs, fs_path = fsspec.core.url_to_fs(path)
             parent = fs._parent(fs_path)
             if parent:
@@ -395,7 +451,7 @@ class ProgressRecorder:
         """This run's batches of ``query`` as progress-log records, oldest first."""
         return [
             progress_record(json.loads(p.json), self._run_tag, self._spark_trigger, self._requested_conf,
-                            self._rules.get(str(query.id)))
+                            self._rules.get(str(query.id)), self._spark_version)
             for p in query.recentProgress
         ]
 
@@ -404,15 +460,6 @@ class ProgressRecorder:
         if self._listener is not None:
             self._spark.streams.removeListener(self._listener)
             self._listener = None
-
-
-def progress_log_path(checkpoint: str) -> str:
-    """The progress log beside a checkpoint: ``<checkpoint>.progress.jsonl``.
-
-    The same convention as ``watermark_ops.examples.flights.settings.progress_log_path`` (the readers' side;
-    this module cannot import the plugin package under spark-submit). A test keeps them equal.
-    """
-    return str(checkpoint).rstrip("/") + ".progress.jsonl"
 
 
 def _head_offsets(checkpoint: str) -> tuple[Any, str, int, dict[str, Any]] | None:
@@ -599,13 +646,28 @@ def _run_locked(spark, plans, spark_trigger: str, run_tag: str | None,
     return [(query, recorder.records(query)) for query in queries]
 
 
+def _optional_count(text: str) -> int | None:
+    """A positive whole number, or None for ``""``/``"None"`` (what an unset DAG Param renders)."""
+    if text.strip() in ("", "None", "null"):
+        return None
+    value = int(text)
+    if value < 1:
+        raise ValueError(f"expected a positive count, got {text!r}")
+    return value
+
+
 def add_run_arguments(parser) -> None:
-    """The command-line flags every job shares: ``--trigger`` (dest ``spark_trigger``),
-    ``--run-tag``, ``--max-files-per-trigger``, ``--master``, ``--shuffle-partitions``."""
+    """The command-line flags every job shares, which the run pattern
+    (``watermark_ops.airflow.run.watermarked_run``) passes: ``--checkpoint`` (required),
+    ``--trigger`` (dest ``spark_trigger``), ``--run-tag``, and ``--max-files-per-trigger``,
+    ``--master``, ``--shuffle-partitions``."""
+    parser.add_argument("--checkpoint", required=True, help="the query's checkpoint location (local path or URI)")
     parser.add_argument("--trigger", dest="spark_trigger", choices=list(SPARK_TRIGGERS), default="availableNow",
                         help="Spark trigger: availableNow (default) or the deprecated once")
     parser.add_argument("--run-tag", help="stamped on every progress record (the DAG passes its run id)")
-    parser.add_argument("--max-files-per-trigger", type=int)
+    parser.add_argument("--max-files-per-trigger", type=_optional_count,
+                        help="the file source's maxFilesPerTrigger: several micro-batches per run "
+                             "(empty or None: all new files in one)")
     parser.add_argument("--master", help="Spark master when not launched by spark-submit (e.g. local[2])")
     parser.add_argument("--shuffle-partitions", type=int,
                         help="spark.sql.shuffle.partitions (default: 2 per local core; frozen in the checkpoint)")

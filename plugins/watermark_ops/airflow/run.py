@@ -1,0 +1,181 @@
+"""The run pattern: one scheduled, restartable run of a watermarked Spark job, as one TaskGroup.
+
+What every DAG that runs a Structured Streaming job as ``availableNow`` (or ``once``) restarts
+needs after its Spark run, wired once::
+
+    submit (SparkSubmitOperator: the job, --checkpoint, --trigger, --run-tag {{ run_id }})
+      ├─▶ collect_progress   this run's micro-batches, last watermark, quarantined rows, lateness advice
+      ├─▶ late_ledger        every row this run's batches dropped as late, and the balance
+      │                      rows in = aggregated + late + quarantined   (``core.ledger.reconcile_run``)
+      ├─▶ audit_checkpoint   the watermark never went backwards (``WatermarkAuditOperator``)
+      └─▶ complete           optional completeness gate (``WatermarkReachedSensor``) ─┐
+                             late_ledger ─────────────────────────────────────────────┴─▶ announce
+                             optional: one partitioned asset event per closed partition
+                             (``WatermarkPartitionsOperator``)
+
+:func:`watermarked_run` builds it inside the current DAG and returns the ``TaskGroup``, so a DAG
+chains its own tasks before and after it (``land() >> run >> report()``). The job is any script
+that parses the recorder's shared flags (``watermark_ops.spark.add_run_arguments``: ``--checkpoint``,
+``--trigger``, ``--run-tag``, ``--max-files-per-trigger``) and runs its queries through
+``watermark_ops.spark.run_queries``, which writes the progress log the tasks after it read.
+
+Cheap at parse time: nothing here reads a file or imports pyspark; the tasks import the core
+when they run.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any, Callable, Sequence
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import Asset, TaskGroup, task
+
+from watermark_ops.airflow.operators import WatermarkAuditOperator
+from watermark_ops.airflow.partitions import WatermarkPartitionsOperator
+from watermark_ops.airflow.sensors import WatermarkReachedSensor
+
+__all__ = ["DEFAULT_TASK_IDS", "watermarked_run"]
+
+#: Task ids inside the group (prefixed with the group id unless ``prefix_group_id=False``).
+DEFAULT_TASK_IDS = {
+    "submit": "spark_submit",
+    "collect": "collect_progress",
+    "ledger": "late_ledger",
+    "audit": "audit_checkpoint",
+    "complete": "complete",
+    "announce": "announce_partitions",
+}
+SPARK_TRIGGERS = ("availableNow", "once")
+
+
+def watermarked_run(
+    group_id: str,
+    *,
+    application: str,
+    checkpoint: str,
+    landings: Sequence[str] = (),
+    application_args: Sequence[str] = (),
+    spark_trigger: str = "availableNow",
+    max_files_per_trigger: int | str | None = None,
+    quarantine_checkpoint: str | None = None,
+    late_sink: str | None = None,
+    complete_target: str | None = None,
+    complete_asset: Asset | None = None,
+    complete_kwargs: dict[str, Any] | None = None,
+    partition_asset: Asset | None = None,
+    partition_since: Any = None,
+    partition_grain: str = "day",
+    partition_timezone: str = "UTC",
+    partition_facts: Callable[[Any], dict] | None = None,
+    conn_id: str = "spark_default",
+    py_files: str | None = None,
+    conf: dict[str, Any] | None = None,
+    env_vars: dict[str, Any] | None = None,
+    spark_submit_kwargs: dict[str, Any] | None = None,
+    lateness: bool = True,
+    task_ids: dict[str, str] | None = None,
+    prefix_group_id: bool = True,
+) -> TaskGroup:
+    """Build the run pattern's TaskGroup in the DAG being defined (call it inside ``with DAG`` / ``@dag``).
+
+    :param group_id: the TaskGroup's id.
+    :param application: the job script (or jar) given to spark-submit.
+    :param checkpoint: the query's checkpoint location (local path or fsspec/Hadoop URI); passed
+        to the job as ``--checkpoint`` and read by every task after the run (templated).
+    :param landings: the landing folders of the query's inputs (one per source, in plan order):
+        the lateness advice reads them; the late-row ledger finds them in the checkpoint's source log.
+    :param application_args: the job's own arguments, before the run pattern's
+        (``--checkpoint``, ``--trigger``, ``--run-tag {{ run_id }}``, ``--max-files-per-trigger``).
+    :param spark_trigger: ``"availableNow"`` (default) or ``"once"``, or a template rendering to one
+        (e.g. ``"{{ params.spark_trigger }}"``).
+    :param max_files_per_trigger: the file source's ``maxFilesPerTrigger`` (several micro-batches
+        per run); None: the job's default (all files in one batch).
+    :param quarantine_checkpoint: the checkpoint of the job's quarantine query (its ``quarantine``
+        observed metrics count the rows kept aside); default ``<checkpoint>_quarantine``, absent = 0 rows.
+    :param late_sink: a folder where the ledger writes the late rows (``batch=<N>.jsonl``); None: XCom only.
+    :param complete_target: the completeness gate's target instant (templated, e.g.
+        ``"{{ data_interval_start }}"``); None: no gate.
+    :param complete_asset: the asset the gate records completeness on (extra ``watermark_ms``, ...).
+    :param complete_kwargs: further ``WatermarkReachedSensor`` arguments (thresholds, mode, timeout,
+        ``on_failure_callback``); default: reschedule mode, 60 s pokes, 1 h timeout, no retries.
+    :param partition_asset: a partitioned asset: one event per partition the emitted-through
+        watermark newly closed (``WatermarkPartitionsOperator``); None: no announcements.
+    :param partition_since: the first partition's instant (templated); required with ``partition_asset``.
+    :param partition_grain: ``"day"`` or ``"hour"``.
+    :param partition_timezone: the days' IANA time zone.
+    :param partition_facts: ``callable(Partition) -> dict`` added to each partition's event extra.
+    :param conn_id: the Spark connection (``spark_default``).
+    :param py_files: comma-separated ``--py-files`` (e.g. the job's own modules, or the built
+        ``watermark-ops`` wheel for a cluster whose Python does not have it installed).
+    :param conf: spark-submit ``--conf`` values (templated).
+    :param env_vars: spark-submit's environment.
+    :param spark_submit_kwargs: further ``SparkSubmitOperator`` arguments (``execution_timeout``,
+        ``name``, ``retries``, ...).
+    :param lateness: add the lateness advice (drop rate per run, delay threshold per target) to
+        ``collect_progress`` (reads the landing folders' event times).
+    :param task_ids: renames of :data:`DEFAULT_TASK_IDS` entries.
+    :param prefix_group_id: prefix the task ids with ``group_id`` (Airflow's default).
+    :return: the ``TaskGroup``; its roots are the submit task, its leaves the tasks after it.
+    :raises ValueError: for a literal ``spark_trigger`` other than availableNow/once, or a partition
+        asset without ``partition_since``.
+    """
+    if "{{" not in spark_trigger and spark_trigger not in SPARK_TRIGGERS:
+        raise ValueError(f"spark_trigger must be one of {SPARK_TRIGGERS} (or a template), got {spark_trigger!r}")
+    if partition_asset is not None and partition_since is None:
+        raise ValueError("partition_asset needs partition_since (the first partition's instant)")
+    ids = {**DEFAULT_TASK_IDS, **(task_ids or {})}
+    landings = [str(folder) for folder in landings]
+    args = [*application_args, "--checkpoint", checkpoint, "--trigger", spark_trigger, "--run-tag", "{{ run_id }}"]
+    if max_files_per_trigger not in (None, ""):
+        # One token, so that a template rendering to nothing ("" / "None": all files) reaches the job as such.
+        args.append(f"--max-files-per-trigger={max_files_per_trigger}")
+    submit_kwargs = {"execution_timeout": timedelta(minutes=30), "name": group_id, **(spark_submit_kwargs or {})}
+
+    with TaskGroup(group_id, prefix_group_id=prefix_group_id) as group:
+        submit = SparkSubmitOperator(
+            task_id=ids["submit"], application=application, application_args=args, conn_id=conn_id,
+            py_files=py_files, conf=conf, env_vars=env_vars, **submit_kwargs,
+        )
+
+        @task(task_id=ids["collect"], multiple_outputs=True)
+        def collect_progress(run_id=None) -> dict:
+            """This run's micro-batches (batch ids, watermarks, windows emitted, drops), last watermark,
+            rows kept aside, and (with ``lateness``) the drop rate and delay-threshold advice."""
+            from watermark_ops.core.lateness import lateness_report
+            from watermark_ops.core.progress import run_report
+
+            report = run_report(checkpoint, run_id, quarantine_checkpoint)
+            if lateness:
+                advice = lateness_report(checkpoint, landings).to_dict()
+                report["lateness"] = advice
+                report["drop_rate"] = next(
+                    (r["drop_rate"] for r in advice.get("runs", []) if r.get("run_tag") == run_id), None)
+            return report
+
+        @task(task_id=ids["ledger"], multiple_outputs=True)
+        def late_ledger(run_id=None) -> dict:
+            """Every row this run's batches dropped as late, recovered from the checkpoint and the landed
+            files (Spark counts only late groups); ``balanced``: rows in = aggregated + late + quarantined."""
+            from watermark_ops.core.ledger import reconcile_run
+
+            return reconcile_run(checkpoint, run_id, quarantine_checkpoint, sink=late_sink)
+
+        audit = WatermarkAuditOperator(task_id=ids["audit"], checkpoint=checkpoint)
+        ledger = late_ledger()
+        submit >> [collect_progress(), ledger, audit]
+
+        gate = None
+        if complete_target is not None:
+            options = {"mode": "reschedule", "poke_interval": 60, "timeout": timedelta(hours=1), "retries": 0,
+                       **(complete_kwargs or {})}
+            gate = WatermarkReachedSensor(task_id=ids["complete"], checkpoint=checkpoint, target=complete_target,
+                                          asset=complete_asset, **options)
+            submit >> gate
+        if partition_asset is not None:
+            announce = WatermarkPartitionsOperator(
+                task_id=ids["announce"], checkpoint=checkpoint, asset=partition_asset, since=partition_since,
+                grain=partition_grain, timezone=partition_timezone, partition_facts=partition_facts, retries=2,
+            )
+            [ledger, *([gate] if gate is not None else [])] >> announce
+    return group
