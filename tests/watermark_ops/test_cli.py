@@ -213,12 +213,14 @@ def test_late_table_json_and_sink(capsys, tmp_path):
     for column in ("batch", "late", "watermark missed (UTC)", "worst lateness", "late per origin", "Spark's count"):
         assert column in out
     assert iso_utc(lf.WATERMARK_1) in out and "EWR 2, JFK 1, LGA 1" in out and "1 hours" in out
-    assert "5 late rows of" in out and "wrote 3 files" in out
+    assert "6 late rows of" in out and "wrote 3 files" in out
+    assert "allowMultiple=false: late rows are filtered with the batch's own watermark" in " ".join(out.split())
     assert sorted(p.name for p in (tmp_path / "late").iterdir()) == ["batch=0.jsonl", "batch=1.jsonl", "batch=2.jsonl"]
     code, out, _ = run(capsys, "late", checkpoint, "--json", "--batch", "2")
     document = json.loads(out)
-    assert code == 0 and document["complete"] and [r["event"]["id"] for r in document["late_rows"]] == [20]
-    assert document["totals"]["late_by_batch"] == {"2": 1}
+    assert code == 0 and document["complete"] and [r["event"]["id"] for r in document["late_rows"]] == [20, 22]
+    assert document["totals"]["late_by_batch"] == {"2": 2}
+    assert document["batches"][0]["late_watermark_rule"]["basis"] == "current"
 
 
 def test_late_exits_2_naming_the_unreadable_file(capsys, tmp_path):
@@ -232,3 +234,4 @@ def test_late_exits_2_naming_the_unreadable_file(capsys, tmp_path):
     assert code == 2 and f"{corrupt}: binary content" in err and "not replayed" in out
     code, _, err = run(capsys, "late", tmp_path / "nowhere")
     assert code == 2 and "no checkpoint folder" in err
+
