@@ -33,9 +33,14 @@ the smallest delay threshold that keeps drops below 1 % and 0.1 %. Exit 2 for ba
 ``late`` replays the checkpoint's micro-batches (offset log, the file source's log, the landed
 files, the late rule of the progress log; :func:`watermark_ops.core.ledger.late_ledger`) and prints
 every batch's late rows: rows late, the watermark missed, the worst lateness, late rows per origin
-airport, beside Spark's own count. ``--sink DIR`` also writes the late rows, one
-``batch=<N>.jsonl`` per batch. Exit 0 when every batch was replayed; 2 when a file it needs
-cannot be read (the message names it) or a source cannot be replayed (not a file source).
+airport, beside Spark's own count, and which watermark each batch filtered late rows with (the
+previous batch's since Spark 3.4, per the version and ``allowMultiple`` conf its progress record
+names). ``--sink DIR`` also writes the late rows, one ``batch=<N>.jsonl`` per batch. Exit 0 when
+every batch was replayed, or when the batches left out only lack a progress record with a
+``late_rule`` (written before the job recorded it) and at least one batch was replayed; 2 when no
+batch could be replayed (the message says why, e.g. no progress record with a ``late_rule``: the
+job does not use the recorder), when a file it needs cannot be read (the message names it) or a
+source cannot be replayed (not a file source).
 
 Each subcommand imports the core modules it needs when it runs (``audit`` loads neither the stall
 classification, the lateness report nor pendulum), and the status flags' default durations are
@@ -257,11 +262,34 @@ def _late(args: argparse.Namespace) -> int:
         render.print_late_ledger(ledger, render.terminal_console())
         if written:
             print(f"wrote {len(written)} files to {args.sink}")
-    if not ledger.complete:
-        for problem in ledger.problems:
-            print(f"watermark-ops late: {problem.file}: {problem.message}", file=sys.stderr)
-        for source in ledger.not_replayable:
-            print(f"watermark-ops late: source {source['source']} is not replayable (offset {source['offset']})",
-                  file=sys.stderr)
+    if ledger.complete:
+        return 0
+    no_rule = sorted({p.batch_id for p in ledger.problems if p.kind == "no_late_rule" and p.batch_id is not None})
+    others = [p for p in ledger.problems if p.kind != "no_late_rule"]
+    if no_rule:  # one line for every batch without a rule, not one per batch
+        log = next(p.file for p in ledger.problems if p.kind == "no_late_rule")
+        print(f"watermark-ops late: {log}: no progress record with a late_rule for batches {_id_ranges(no_rule)} "
+              "(written before the job recorded which rows it drops as late, or by a query without a watermark): "
+              "left out", file=sys.stderr)
+    for problem in others:
+        print(f"watermark-ops late: {problem.file}: {problem.message}", file=sys.stderr)
+    for source in ledger.not_replayable:
+        print(f"watermark-ops late: source {source['source']} is not replayable (offset {source['offset']})",
+              file=sys.stderr)
+    if ledger.batches and not any(b.replayed for b in ledger.batches):
+        why = ("no progress record with a late_rule (the job does not use the watermark_ops.spark recorder)"
+               if no_rule and not others and not ledger.not_replayable else "see the problems above")
+        print(f"watermark-ops late: no batch could be replayed: {why}", file=sys.stderr)
         return 2
-    return 0
+    return 0 if not others and not ledger.not_replayable and ledger.found else 2
+
+
+def _id_ranges(ids: list[int]) -> str:
+    """Sorted batch ids as ranges: ``0-3, 7``."""
+    parts: list[list[int]] = []
+    for i in ids:
+        if parts and i == parts[-1][1] + 1:
+            parts[-1][1] = i
+        else:
+            parts.append([i, i])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in parts)

@@ -375,9 +375,21 @@ def print_lateness_report(report: LatenessReport, console: Any) -> None:
 # The late-row ledger
 
 
+def _id_ranges(ids: list[int]) -> str:
+    """Batch ids as ranges: ``0-3, 7``."""
+    parts: list[list[int]] = []
+    for i in sorted(ids):
+        if parts and i == parts[-1][1] + 1:
+            parts[-1][1] = i
+        else:
+            parts.append([i, i])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in parts)
+
+
 def print_late_ledger(ledger: LateLedger, console: Any) -> None:
     """Print a late-row ledger as a rich table: per batch id, rows read, late, quarantined, the
-    watermark missed (ISO-8601 UTC and ms), the worst lateness and late rows per origin airport
+    watermark missed (the one the batch filtered late rows with, ISO-8601 UTC and ms; the caption
+    says which, per Spark version and conf), the worst lateness and late rows per origin airport
     (with how far that origin trailed the leading one's event time entering the batch); then the
     totals against Spark's count, each origin's newest event time, skew and late rows, the
     sources it cannot replay and the problems."""
@@ -390,10 +402,11 @@ def print_late_ledger(ledger: LateLedger, console: Any) -> None:
         table.add_column(name, justify="right" if name in ("batch", "rows read", "late", "quarantined",
                                                           "watermark ms", "Spark's count") else "left")
     for batch in document["batches"]:
+        missed = batch["late_watermark"] if batch["late_watermark_ms"] is not None else batch["watermark"]
+        missed_ms = batch["late_watermark_ms"] if batch["late_watermark_ms"] is not None else batch["watermark_ms"]
         if not batch["replayed"]:
-            table.add_row(str(batch["batch_id"]), "-", "-", "-", batch["watermark"] or "-",
-                          "-" if batch["watermark_ms"] is None else str(batch["watermark_ms"]), "-",
-                          "[yellow]not replayed[/]", "-")
+            table.add_row(str(batch["batch_id"]), "-", "-", "-", missed or "-",
+                          "-" if missed_ms is None else str(missed_ms), "-", "[yellow]not replayed[/]", "-")
             continue
         behind = batch["behind_leader_before_ms"] or {}
         origins = ", ".join(
@@ -402,7 +415,7 @@ def print_late_ledger(ledger: LateLedger, console: Any) -> None:
         table.add_row(
             str(batch["batch_id"]), str(batch["rows_read"]),
             f"[bold]{batch['rows_late']}[/]" if batch["rows_late"] else "0",
-            str(sum(batch["rows_quarantined"].values())), batch["watermark"] or "-", str(batch["watermark_ms"]),
+            str(sum(batch["rows_quarantined"].values())), missed or "-", str(missed_ms),
             _lateness_duration(batch["worst_late_by_ms"]) if batch["worst_late_by_ms"] is not None else "-",
             origins or "-", "-" if batch["spark_rows_dropped"] is None else str(batch["spark_rows_dropped"]),
         )
@@ -412,6 +425,12 @@ def print_late_ledger(ledger: LateLedger, console: Any) -> None:
         f"{totals['rows_quarantined']} quarantined; Spark counted {totals['spark_rows_dropped']} "
         f"(late groups after partial aggregation, not rows)."
     )
+    rules = {}
+    for batch in document["batches"]:
+        if batch["late_watermark_rule"]:
+            rules.setdefault(batch["late_watermark_rule"]["reason"], []).append(batch["batch_id"])
+    for reason, ids in rules.items():  # which watermark filtered late rows (Spark version and conf)
+        table.caption += f"\nWatermark missed, batches {_id_ranges(ids)}: {reason}."
     if not document["batches"]:
         table.caption = "no batch to replay"
     console.print(table)

@@ -23,7 +23,7 @@ from watermark_ops.core.ledger import late_ledger, reconcile_run, write_late_row
 from watermark_ops.core.progress import progress_log_path, read_progress_log
 from watermark_ops.examples.flights import lander
 
-from tests.spark_jobs.flight_expectations import HOUR_MS, expected_windows
+from tests.spark_jobs.flight_expectations import HOUR_MS, assert_sink_equals, expected_windows
 
 NY = "America/New_York"
 COMPACT_CONF = "spark.sql.streaming.fileSource.log.compactInterval"
@@ -165,3 +165,100 @@ def test_the_progress_log_records_the_late_rule(runs):
          "max_event_time_ahead_ms": None}, sort_keys=True)}
     quarantine = read_progress_log(progress_log_path(config.quarantine_checkpoint)).records
     assert quarantine and all(r["late_rule"] is None for r in quarantine)  # no watermark there
+
+
+# --------------------------------------------------------------------------------------------
+# Several data batches per run: the previous batch's watermark filters late rows (Spark >= 3.4)
+
+#: Each day landed as this many files, one per slice of its arrival (stream) time.
+SLICES_PER_DAY = 4
+MULTI_DAYS = ["2013-01-01", "2013-01-02", "2013-01-03"]
+
+
+def _land_day_in_slices(day: str, landing: str) -> list[dict]:
+    """Land one New York day's flights as SLICES_PER_DAY files, by arrival time, with the lander's own
+    functions (``flight_events`` and ``write_jsonl_atomically``), oldest slice first."""
+    start, end = _interval(day)
+    step = (end - start) / SLICES_PER_DAY
+    written = []
+    for index in range(SLICES_PER_DAY):
+        a, b = start + step * index, start + step * (index + 1) if index < SLICES_PER_DAY - 1 else end
+        events = lander.flight_events().events_reaching_stream(a, b)
+        written.append(lander.write_jsonl_atomically(landing, lander.interval_file_name(a, b), events))
+    return written
+
+
+@pytest.fixture(scope="module")
+def multi_batch_runs(spark, tmp_path_factory):
+    """One checkpoint run once per day with ``maxFilesPerTrigger=1`` over days landed in slices:
+    ``(config, [landed file summaries], [run tags])``."""
+    tmp = tmp_path_factory.mktemp("multi")
+    config = fw.JobConfig(landing=str(tmp / "landing"), checkpoint=str(tmp / "ck"), output=str(tmp / "out"),
+                          max_files_per_trigger=1)
+    landed, tags = [], []
+    for day in MULTI_DAYS:
+        landed += _land_day_in_slices(day, config.landing)
+        config.run_tag = f"run-{day}"
+        tags.append(config.run_tag)
+        fw.run(spark, config)
+    return config, landed, tags
+
+
+def _replayed_windows(landed, late_ids: set[int], final_watermark_ms: int) -> pd.DataFrame:
+    """Pandas: every good landed row except ``late_ids``, aggregated per (origin, 1-hour window);
+    the windows the final watermark closed (what append mode must have written)."""
+    rows = pd.concat(pd.DataFrame([json.loads(line) for line in open(s["path"])]) for s in landed if s["records"])
+    good = rows[rows.dep_time.notna() & rows.arr_time.notna() & ~rows.id.isin(late_ids)].copy()
+    good["event_ms"] = pd.to_datetime(good.dep_time, utc=True).astype("int64") // 10**6
+    good["window_start_ms"] = good.event_ms // HOUR_MS * HOUR_MS
+    windows = good.groupby(["origin", "window_start_ms"]).agg(
+        departures=("id", "size"), mean_dep_delay=("dep_delay", "mean"), max_dep_delay=("dep_delay", "max")
+    ).reset_index()
+    return windows[windows.window_start_ms + HOUR_MS <= final_watermark_ms]
+
+
+def _sink_matches(sink: pd.DataFrame, emitted: pd.DataFrame) -> bool:
+    try:
+        assert_sink_equals(sink, emitted)
+    except AssertionError:
+        return False
+    return True
+
+
+def test_with_several_data_batches_per_run_the_ledger_drops_exactly_what_spark_dropped(spark, multi_batch_runs):
+    config, landed, tags = multi_batch_runs
+    records = read_progress_log(progress_log_path(config.checkpoint)).records
+    for tag in tags:  # every run had several data batches (one landed file each)
+        assert sum(1 for r in records if r["run_tag"] == tag and r["input_rows"] > 0) >= 3, tag
+    ledger = late_ledger(config.checkpoint)
+    assert ledger.complete and ledger.problems == ()
+    # The recorder of these runs names neither the Spark version nor allowMultiple: the default is assumed.
+    assert {(b.late_watermark.basis, b.late_watermark.assumed) for b in ledger.batches} == {("previous", True)}
+    offsets = _offsets(config.checkpoint)
+    for batch in ledger.batches:  # batch N filtered with offsets/N-1's watermark; batch 0 with 0
+        assert batch.late_watermark_ms == (offsets[batch.batch_id - 1]["watermark_ms"] if batch.batch_id else 0)
+    differing = [b.batch_id for b in ledger.batches if b.files and b.late_watermark_ms != b.watermark_ms]
+    assert differing, "no data batch ran with a watermark other than the previous batch's"
+
+    final_watermark = max(o["watermark_ms"] for o in offsets.values())
+    sink = spark.read.parquet(config.output).toPandas()
+    late_ids = {r.event["id"] for r in ledger.late_rows}
+    assert len(late_ids) == len(ledger.late_rows) > 0
+    # What Spark emitted equals a pandas replay of every landed good row minus the ledger's late rows.
+    assert_sink_equals(sink, _replayed_windows(landed, late_ids, final_watermark))
+    # Spark's own count (late groups) is positive exactly in the batches where the ledger found late rows.
+    assert [b.batch_id for b in ledger.batches if b.spark_rows_dropped] == [b.batch_id for b in ledger.batches
+                                                                            if b.rows_late]
+
+    # The old rule (each batch's own watermark) flags more rows on this data, and they are not what Spark dropped.
+    current = late_ledger(config.checkpoint, late_watermark="current")
+    current_ids = {r.event["id"] for r in current.late_rows}
+    print(f"\nlate rows over {len(ledger.batches)} batches ({len(differing)} data batches whose own watermark "
+          f"differs from the previous one): previous-watermark rule {len(late_ids)}, current-watermark rule "
+          f"{len(current_ids)}; Spark's late groups {sum(b.spark_rows_dropped for b in ledger.batches)}")
+    assert late_ids < current_ids
+    assert not _sink_matches(sink, _replayed_windows(landed, current_ids, final_watermark))
+    # The run balances: every input row is aggregated, late or quarantined.
+    for tag in tags:
+        report = reconcile_run(config.checkpoint, tag)
+        assert report["balanced"], report

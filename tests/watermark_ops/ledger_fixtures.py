@@ -3,7 +3,11 @@
 Three micro-batches of a file source with ``compactInterval`` 2: log offsets 0, 1 (``1.compact``,
 holding offsets 0 and 1) and 2, each adding one landed file; batch 0 runs with watermark 0, batch 1
 with :data:`WATERMARK_1`, batch 2 with :data:`WATERMARK_2`. The progress log carries the
-``window_end`` rule (1-hour windows) of ``flight_windows``. Shapes copied from a real
+``window_end`` rule (1-hour windows) of ``flight_windows``, and by default says the session ran
+with ``spark.sql.streaming.statefulOperator.allowMultiple=false``: late rows are then filtered
+with each batch's own watermark (:data:`LATE_IDS`). With ``allow_multiple=None`` (records that
+name neither version nor conf: Spark >= 3.4's default) or ``"true"``, batch N filters with batch
+N-1's watermark (:data:`LATE_IDS_PREVIOUS`). Shapes copied from a real
 ``flight_windows`` checkpoint (``sources/0/0``, ``offsets/N``, ``commits/N``, the progress record).
 """
 
@@ -52,16 +56,24 @@ FILES = {
         "[" + flight(17, WATERMARK_1 - 3 * HOUR, "LGA") + "," + flight(18, WATERMARK_1 + HOUR) + "]",  # two rows
         flight(19, T0, dep_delay="NaN"),           # a double that is text: malformed
     ],
-    2: [flight(20, WATERMARK_2 - 2 * HOUR, "LGA"), flight(21, WATERMARK_2 + HOUR)],
+    2: [flight(20, WATERMARK_2 - 2 * HOUR, "LGA"), flight(21, WATERMARK_2 + HOUR),
+        flight(22, WATERMARK_1 - 2 * HOUR, "JFK")],  # behind both watermarks
 }
-LATE_IDS = {1: [10, 11, 13, 17], 2: [20]}
+#: Late rows per batch when each batch filters with its own watermark (allowMultiple false).
+LATE_IDS = {1: [10, 11, 13, 17], 2: [20, 22]}
+#: ... and with the previous batch's (Spark >= 3.4's default): batch 1 with 0, batch 2 with WATERMARK_1.
+LATE_IDS_PREVIOUS = {1: [], 2: [22]}
+ALLOW_MULTIPLE = "spark.sql.streaming.statefulOperator.allowMultiple"
 QUARANTINED_1 = {"no_arrival": 1, "null_event_time": 1, "unparseable_event_time": 1, "malformed_record": 2}
 
 
-def build(root: Path, sources: list[str] | None = None) -> tuple[Path, Path]:
+def build(root: Path, sources: list[str] | None = None, allow_multiple: str | None = "false",
+          spark_version: str | None = "4.2.0") -> tuple[Path, Path]:
     """Write the checkpoint ``root/ck``, its progress log and the landing folder ``root/landing``.
 
     :param sources: the source line of each batch's offsets file (default ``{"logOffset": k}``).
+    :param allow_multiple: the recorded ``requested_conf`` value of ``allowMultiple`` (None: not recorded).
+    :param spark_version: the recorded ``spark_version`` (None: not recorded).
     :return: ``(checkpoint, landing)``.
     """
     checkpoint, landing = root / "ck", root / "landing"
@@ -84,7 +96,12 @@ def build(root: Path, sources: list[str] | None = None) -> tuple[Path, Path]:
         (checkpoint / "commits" / str(k)).write_text('v1\n{"nextBatchWatermarkMs":%d}' % watermarks[min(k + 1, 2)])
         records.append({"query_id": "5d9a862d-0000-4000-8000-000000000001", "run_id": f"r{k}", "run_tag": f"t{k}",
                         "batch_id": k, "executed": True, "input_rows": None, "rows_dropped_by_watermark": 1,
-                        "late_rule": RULE, "sources": [{"description": "FileStreamSource[landing]"}]})
+                        "late_rule": RULE, "sources": [{"description": "FileStreamSource[landing]"}],
+                        "requested_conf": {"spark.sql.shuffle.partitions": "2"}})
+        if allow_multiple is not None:
+            records[-1]["requested_conf"][ALLOW_MULTIPLE] = allow_multiple
+        if spark_version is not None:
+            records[-1]["spark_version"] = spark_version
     folder = checkpoint / "sources" / "0"
     (folder / "0").write_text("v1\n" + entries[0])
     (folder / "1.compact").write_text("v1\n" + entries[0] + "\n" + entries[1])

@@ -213,12 +213,14 @@ def test_late_table_json_and_sink(capsys, tmp_path):
     for column in ("batch", "late", "watermark missed (UTC)", "worst lateness", "late per origin", "Spark's count"):
         assert column in out
     assert iso_utc(lf.WATERMARK_1) in out and "EWR 2, JFK 1, LGA 1" in out and "1 hours" in out
-    assert "5 late rows of" in out and "wrote 3 files" in out
+    assert "6 late rows of" in out and "wrote 3 files" in out
+    assert "allowMultiple=false: late rows are filtered with the batch's own watermark" in " ".join(out.split())
     assert sorted(p.name for p in (tmp_path / "late").iterdir()) == ["batch=0.jsonl", "batch=1.jsonl", "batch=2.jsonl"]
     code, out, _ = run(capsys, "late", checkpoint, "--json", "--batch", "2")
     document = json.loads(out)
-    assert code == 0 and document["complete"] and [r["event"]["id"] for r in document["late_rows"]] == [20]
-    assert document["totals"]["late_by_batch"] == {"2": 1}
+    assert code == 0 and document["complete"] and [r["event"]["id"] for r in document["late_rows"]] == [20, 22]
+    assert document["totals"]["late_by_batch"] == {"2": 2}
+    assert document["batches"][0]["late_watermark_rule"]["basis"] == "current"
 
 
 def test_late_exits_2_naming_the_unreadable_file(capsys, tmp_path):
@@ -232,3 +234,31 @@ def test_late_exits_2_naming_the_unreadable_file(capsys, tmp_path):
     assert code == 2 and f"{corrupt}: binary content" in err and "not replayed" in out
     code, _, err = run(capsys, "late", tmp_path / "nowhere")
     assert code == 2 and "no checkpoint folder" in err
+
+
+def test_late_exits_2_when_no_batch_has_a_late_rule_and_0_when_some_do(capsys, tmp_path):
+    from tests.watermark_ops import ledger_fixtures as lf
+
+    checkpoint, _ = lf.build(tmp_path)
+    log = tmp_path / "ck.progress.jsonl"
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+
+    def write(rules):
+        log.write_text("".join(json.dumps({**r, "late_rule": rule}) + "\n" for r, rule in zip(records, rules)))
+
+    write([None, None, None])  # a job that does not record its late rule
+    code, out, err = run(capsys, "late", checkpoint)
+    assert code == 2 and "not replayed" in out
+    assert ("no batch could be replayed: no progress record with a late_rule (the job does not use the "
+            "watermark_ops.spark recorder)") in err
+    assert err.count("no progress record with a late_rule for batches 0-2") == 1  # one line, not one per batch
+    code, _, err = run(capsys, "late", checkpoint, "--json")
+    assert code == 2 and "no batch could be replayed" in err
+    log.unlink()  # no progress log at all: the same
+    code, _, err = run(capsys, "late", checkpoint)
+    assert code == 2 and "no batch could be replayed: no progress record with a late_rule" in err
+
+    write([None, lf.RULE, lf.RULE])  # batch 0 written before the job recorded its rule: left out, not an error
+    code, out, err = run(capsys, "late", checkpoint)
+    assert code == 0 and "no progress record with a late_rule for batches 0 " in err
+    assert "no batch could be replayed" not in err and "late rows of" in out

@@ -35,6 +35,7 @@ from watermark_ops.core.rules import (
     memory_rules,
     missing_batch,
     unreadable,
+    uses_async_progress_tracking,
     watermark_regressed,
 )
 from watermark_ops.core.times import iso_utc
@@ -141,7 +142,9 @@ def audit_checkpoint(checkpoint: Checkpoint, remembered: RememberedHead | None =
         *watermark_regressed(records),
         *commit_offset_mismatch(records),
         *commit_without_offsets(records),
-        *missing_batch(records, location, checkpoint.has_commit_log),
+        *missing_batch(records, location, checkpoint.has_commit_log,
+                       uses_async_progress_tracking(records, progress.records if progress is not None else (),
+                                                    checkpoint.query_id)),
         *conf_changed(records),
         *(conf_requested_but_frozen(records, progress.records, progress.location, checkpoint.query_id)
           if progress is not None else []),

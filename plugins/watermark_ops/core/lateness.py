@@ -10,6 +10,13 @@ Two views of lateness, both in epoch milliseconds UTC (durations in ms, or ``tim
   for an aggregation that input is already partially aggregated, so it counts late *groups*
   and the rate is a lower bound of the share of late events; for ``dropDuplicatesWithinWatermark``
   and a stream-stream join it counts raw rows (measured in ``tests/spark_jobs/test_flight_weather_join.py``).
+  Which watermark those rows missed follows the Spark version and a session conf, per batch
+  (:func:`watermark_ops.core.ledger.late_watermark_rule`): Spark >= 3.4 with
+  ``spark.sql.streaming.statefulOperator.allowMultiple`` true (the default) filters late rows with
+  the *previous* batch's watermark (``offsets/N-1``; 0 for batch 0), before 3.4 or with it false
+  with the batch's own. Each run says which (:attr:`RunDrops.late_watermark`); records that name
+  neither the version nor the conf (written before the recorder kept them) are read with the
+  Spark >= 3.4 default, and the run says it was assumed.
 * **How late the data itself is**, from the landing folder the stream reads: in arrival order
   (``stream_time``), each event's *lateness* is how far its event time lies behind the maximum
   event time seen so far (that event included, so lateness >= 0). With delay threshold ``D`` the
@@ -18,8 +25,10 @@ Two views of lateness, both in epoch milliseconds UTC (durations in ms, or ``tim
   ``D`` that keeps the share of such events below a target (1 % and 0.1 % by default).
 
 The advice models a watermark that follows every single event. Spark moves it once per
-micro-batch (from the previous batch's maximum), which only lets it lag further behind, so the
-advice is conservative: a threshold it gives drops at most the share it promises. It is per input:
+micro-batch (from the previous batch's maximum), and since 3.4 (``allowMultiple`` true, the
+default) filters late rows with the watermark of the batch before that, one more batch behind;
+both only let the watermark that drops rows lag further behind the model, so the advice is
+conservative under either rule: a threshold it gives drops at most the share it promises. It is per input:
 a query with several watermarked inputs under the ``max`` policy also drops an input's rows
 behind the *other* input's watermark, which no threshold on this input alone can prevent.
 
@@ -87,6 +96,11 @@ class RunDrops:
     :ivar rows_dropped_by_watermark: Spark's ``numRowsDroppedByWatermark`` summed over the run's
         batches and stateful operators (late groups for an aggregation, raw rows for
         deduplication and stream-stream joins).
+    :ivar late_watermark: which watermark the run's batches filtered late rows with:
+        ``"previous"`` (the previous batch's), ``"current"`` (each batch's own), ``"mixed"``, or
+        None when no record of the run has a ``late_rule`` (a query without a watermark).
+    :ivar late_watermark_assumed: True when a record named neither ``spark_version`` nor
+        ``allowMultiple`` and Spark >= 3.4's default was assumed for it.
     """
 
     query_id: str | None
@@ -96,6 +110,8 @@ class RunDrops:
     started_ms: int | None
     input_rows: int
     rows_dropped_by_watermark: int
+    late_watermark: str | None = None
+    late_watermark_assumed: bool = False
 
     @property
     def drop_rate(self) -> float | None:
@@ -108,7 +124,8 @@ class RunDrops:
             "query_id": self.query_id, "run_id": self.run_id, "run_tag": self.run_tag,
             "batch_ids": list(self.batch_ids), "started_ms": self.started_ms,
             "input_rows": self.input_rows, "rows_dropped_by_watermark": self.rows_dropped_by_watermark,
-            "drop_rate": self.drop_rate,
+            "drop_rate": self.drop_rate, "late_watermark": self.late_watermark,
+            "late_watermark_assumed": self.late_watermark_assumed,
         }
 
 
@@ -118,13 +135,16 @@ def drops_per_run(records: Iterable[dict[str, Any]]) -> list[RunDrops]:
     :param records: progress-log records of one checkpoint, any order.
     :return: one :class:`RunDrops` per ``(query_id, run_id)``, in the order the runs started
         (first ``timestamp_ms``). Records of triggers that ran no batch (``executed`` false)
-        count no rows and add no batch id.
+        count no rows and add no batch id. A record whose ``allowMultiple`` value is corrupt
+        adds nothing to ``late_watermark`` (the ledger names it).
     """
+    from watermark_ops.core.ledger import LedgerError, late_watermark_rule
+
     runs: dict[tuple[Any, Any], dict[str, Any]] = {}
     for record in records:
         key = (record.get("query_id"), record.get("run_id"))
         run = runs.setdefault(key, {"run_tag": record.get("run_tag"), "batch_ids": set(), "started_ms": None,
-                                    "input_rows": 0, "dropped": 0})
+                                    "input_rows": 0, "dropped": 0, "bases": set(), "assumed": False})
         stamp = record.get("timestamp_ms")
         if stamp is not None and (run["started_ms"] is None or stamp < run["started_ms"]):
             run["started_ms"] = stamp
@@ -133,10 +153,20 @@ def drops_per_run(records: Iterable[dict[str, Any]]) -> list[RunDrops]:
         run["batch_ids"].add(int(record["batch_id"]))
         run["input_rows"] += int(record.get("input_rows") or 0)
         run["dropped"] += int(record.get("rows_dropped_by_watermark") or 0)
+        if record.get("late_rule") is not None:
+            try:
+                which = late_watermark_rule(record)
+            except LedgerError:
+                continue
+            run["bases"].add(which.basis)
+            run["assumed"] = run["assumed"] or which.assumed
     result = [
         RunDrops(query_id=q, run_id=str(r), run_tag=run["run_tag"], batch_ids=tuple(sorted(run["batch_ids"])),
                  started_ms=run["started_ms"], input_rows=run["input_rows"],
-                 rows_dropped_by_watermark=run["dropped"])
+                 rows_dropped_by_watermark=run["dropped"],
+                 late_watermark=(None if not run["bases"] else next(iter(run["bases"])) if len(run["bases"]) == 1
+                                 else "mixed"),
+                 late_watermark_assumed=run["assumed"])
         for (q, r), run in runs.items()
     ]
     return sorted(result, key=lambda run: (run.started_ms is None, run.started_ms or 0))

@@ -14,11 +14,31 @@ micro-batch from what the checkpoint and the landing folder keep, without touchi
    written by ``watermark_ops.spark.driver``; shape there):
 
    * ``window_end`` (a tumbling event-time window aggregation): a row is late when its window's
-     end (``floor(event time / window_ms) * window_ms + window_ms``) is ``<=`` the batch's
-     watermark (``WatermarkSupport.watermarkExpression``: ``window.end <= watermark``);
-   * ``event_time`` (deduplication, stream-stream join): late when the event time is ``<=`` the
+     end (``floor(event time / window_ms) * window_ms + window_ms``) is ``<=`` the watermark for
+     late rows (``WatermarkSupport.watermarkExpression``: ``window.end <= watermark``);
+   * ``event_time`` (deduplication, stream-stream join): late when the event time is ``<=`` that
      watermark. For the join's second input this is an approximation: Spark filters that side
      with a state watermark derived from the join's time-range condition;
+
+   **Which watermark filters late rows** depends on the Spark version and a session conf, per
+   batch (:func:`late_watermark_rule`). Spark >= 3.4 with
+   ``spark.sql.streaming.statefulOperator.allowMultiple`` true (its default; SPARK-40925) evicts
+   state with the batch's own watermark but filters late input rows with the *previous* batch's:
+   ``IncrementalExecution`` is built with ``prevOffsetSeqMetadata =
+   offsetLog.offsetSeqMetadataForBatchId(N - 1)`` (``MicroBatchExecution.runBatch``), read from
+   ``offsets/N-1`` on disk, so the first batch after a restart uses ``offsets/N-1`` exactly as a
+   batch inside a run does, and batch 0 (no ``offsets/-1``) uses 0; ``PropagateWatermarkSimulator
+   .getInputWatermarkForLateEvents(N)`` returns batch N-1's. Before 3.4, or with
+   ``allowMultiple`` false (``UseSingleWatermarkPropagator``), late rows are filtered with the
+   batch's own ``batchWatermarkMs``. The offset log records neither the version nor that conf:
+   the progress record of each batch carries ``spark_version`` (pyspark's version string) and
+   ``requested_conf["spark.sql.streaming.statefulOperator.allowMultiple"]`` (``"true"`` /
+   ``"false"``, the session's value). A record without them (written before the recorder kept
+   them) is read with the Spark >= 3.4 default: the previous batch's watermark, and the batch says
+   the rule was assumed (``late_watermark_assumed``). With one data batch per run under
+   ``availableNow`` both watermarks are equal (the trailing no-data batch carries the run's
+   watermark into the next run); with several data batches per run (``maxFilesPerTrigger``) the
+   previous one is lower and Spark drops fewer rows than the batch's own watermark would;
 
 4. every row of those files, classified as the job classifies it (``spark_jobs/flight_inputs.py``
    ``classify``): rows the job quarantines (``invalid_encoding``, ``malformed_record``,
@@ -57,6 +77,7 @@ from watermark_ops.core.source_log import file_source_log_offset, read_source_lo
 from watermark_ops.core.times import iso_utc
 
 __all__ = [
+    "ALLOW_MULTIPLE_CONF",
     "INPUT_PROFILES",
     "BatchLedger",
     "InputProfile",
@@ -64,7 +85,9 @@ __all__ = [
     "LateRow",
     "LateRule",
     "LedgerError",
+    "LateWatermarkRule",
     "classify_line",
+    "late_watermark_rule",
     "late_ledger",
     "reconcile_run",
     "write_late_rows",
@@ -82,8 +105,83 @@ _ISO = re.compile(r"^([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2})(?::(
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
+#: Spark's session conf (``SQLConf.STATEFUL_OPERATOR_ALLOW_MULTIPLE``, since 3.4, default true) that
+#: decides which watermark filters late rows; recorded per batch in the progress record's ``requested_conf``.
+ALLOW_MULTIPLE_CONF = "spark.sql.streaming.statefulOperator.allowMultiple"
+#: The Spark release that filters late rows with the previous batch's watermark (SPARK-40925).
+PREVIOUS_WATERMARK_SINCE = (3, 4)
+_VERSION = re.compile(r"^\s*([0-9]+)\.([0-9]+)")
+
+
 class LedgerError(ValueError):
     """Bad input for the ledger as a whole (e.g. a late rule of an unknown shape): names the file or record."""
+
+
+@dataclass(frozen=True)
+class LateWatermarkRule:
+    """Which watermark a micro-batch filtered its late input rows with (module docstring, step 3).
+
+    :ivar basis: ``"previous"`` (``offsets/N-1``'s ``batchWatermarkMs``; 0 for batch 0) or
+        ``"current"`` (``offsets/N``'s).
+    :ivar spark_version: the progress record's ``spark_version``, None when it has none.
+    :ivar allow_multiple: the record's ``requested_conf[ALLOW_MULTIPLE_CONF]`` as a bool, None when absent.
+    :ivar assumed: True when the record names neither: the Spark >= 3.4 default was assumed.
+    :ivar reason: why, in words (names the version and conf it followed).
+    """
+
+    basis: str
+    spark_version: str | None
+    allow_multiple: bool | None
+    assumed: bool
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: the fields."""
+        return {"basis": self.basis, "spark_version": self.spark_version, "allow_multiple": self.allow_multiple,
+                "assumed": self.assumed, "reason": self.reason}
+
+
+def late_watermark_rule(record: dict[str, Any] | None, where: str = "progress record") -> LateWatermarkRule:
+    """The watermark a batch filtered late rows with, from its progress record.
+
+    * ``spark_version`` below 3.4: the batch's own (``"current"``): ``allowMultiple`` does not exist there;
+    * else ``requested_conf[ALLOW_MULTIPLE_CONF]`` ``"false"``: ``"current"`` (``UseSingleWatermarkPropagator``);
+      ``"true"``: ``"previous"`` (``PropagateWatermarkSimulator``);
+    * neither recorded (records written before the recorder kept them), or an unparseable
+      version without the conf: ``"previous"``, Spark >= 3.4's default, with ``assumed`` True.
+
+    :param record: the batch's progress record (``spark_version``, ``requested_conf``), or None.
+    :raises LedgerError: naming ``where`` when the conf is recorded but is neither ``"true"`` nor
+        ``"false"`` (Spark refuses any other value, so the record is corrupt).
+    """
+    record = record or {}
+    version = record.get("spark_version")
+    version = version if isinstance(version, str) else None
+    conf = record.get("requested_conf")
+    raw = conf.get(ALLOW_MULTIPLE_CONF) if isinstance(conf, dict) else None
+    allow: bool | None = None
+    if raw is not None:
+        text = str(raw).strip().lower()
+        if text not in ("true", "false"):
+            raise LedgerError(f"{where}: requested_conf[{ALLOW_MULTIPLE_CONF!r}] must be \"true\" or \"false\" "
+                              f"(a Spark boolean conf), got {json.dumps(raw)[:80]}")
+        allow = text == "true"
+    match = _VERSION.match(version or "")
+    release = (int(match.group(1)), int(match.group(2))) if match else None
+    if release is not None and release < PREVIOUS_WATERMARK_SINCE:
+        return LateWatermarkRule("current", version, allow, False,
+                                 f"Spark {version} (before 3.4) filters late rows with the batch's own watermark")
+    if allow is False:
+        return LateWatermarkRule("current", version, allow, False,
+                                 f"{ALLOW_MULTIPLE_CONF}=false: late rows are filtered with the batch's own watermark")
+    if allow is True:
+        return LateWatermarkRule("previous", version, allow, False,
+                                 f"Spark {version or '>= 3.4'} with {ALLOW_MULTIPLE_CONF}=true filters late rows "
+                                 "with the previous batch's watermark")
+    known = f"Spark {version}" if release is not None else "Spark >= 3.4 (assumed: the record names no version)"
+    return LateWatermarkRule("previous", version, None, True,
+                             f"{known}; {ALLOW_MULTIPLE_CONF} not recorded, its default true assumed: late rows "
+                             "are filtered with the previous batch's watermark")
 
 
 # --------------------------------------------------------------------------------------------
@@ -305,7 +403,8 @@ class LateRow:
     :ivar line: the line number in that file (1-based).
     :ivar event: the landed JSON object, as read.
     :ivar event_time_ms: its event time (epoch ms UTC).
-    :ivar watermark_ms: the watermark it missed: the batch's ``batchWatermarkMs``.
+    :ivar watermark_ms: the watermark it missed: the batch's watermark for late rows
+        (:attr:`BatchLedger.late_watermark_ms`: ``offsets/N-1``'s or ``offsets/N``'s ``batchWatermarkMs``).
     :ivar late_by_ms: watermark minus the rule's instant (window end or event time), >= 0.
     :ivar window_start_ms: / window_end_ms: its window (``window_end`` rule), else None.
     """
@@ -349,6 +448,10 @@ class BatchLedger:
     :ivar spark_input_rows: / spark_rows_dropped: the progress log's ``input_rows`` and
         ``rows_dropped_by_watermark`` (late groups) for the batch, None without a record.
     :ivar rule: the late rule applied, None when there was none.
+    :ivar late_watermark_ms: the watermark the batch filtered late rows with (epoch ms UTC):
+        ``offsets/N-1``'s ``batchWatermarkMs`` (0 for batch 0) or the batch's own, per
+        :attr:`late_watermark`; None when not replayed that far.
+    :ivar late_watermark: the :class:`LateWatermarkRule` followed, None when there was no record.
     :ivar skew_before: the event-time skew between partitions (e.g. origins) entering the batch:
         each partition's newest event time over the batches before it, and how far it trailed the
         leader (:func:`~watermark_ops.core.partition_skew.skew_before_each_batch`); None when the
@@ -370,6 +473,8 @@ class BatchLedger:
     spark_rows_dropped: int | None = None
     rule: LateRule | None = None
     skew_before: PartitionSkew | None = None
+    late_watermark_ms: int | None = None
+    late_watermark: LateWatermarkRule | None = None
 
     @property
     def rows_late(self) -> int:
@@ -388,8 +493,9 @@ class BatchLedger:
         """JSON-ready, without the rows: ``{"batch_id", "replayed", "watermark_ms", "watermark",
         "timestamp_ms", "files", "log_offsets", "rows_read", "rows_quarantined", "rows_aggregated",
         "rows_late", "late_by_origin", "worst_late_by_ms", "spark_input_rows", "spark_rows_dropped",
-        "rule", "partition_column", "behind_leader_before_ms": {partition: ms} | None}`` (the last two
-        from :attr:`skew_before`)."""
+        "rule", "partition_column", "behind_leader_before_ms": {partition: ms} | None, "late_watermark_ms",
+        "late_watermark" (ISO), "late_watermark_rule": LateWatermarkRule.to_dict() | None}`` (``partition_column``
+        and ``behind_leader_before_ms`` from :attr:`skew_before`)."""
         return {
             "batch_id": self.batch_id, "replayed": self.replayed,
             "watermark_ms": self.watermark_ms, "watermark": iso_utc(self.watermark_ms),
@@ -403,6 +509,8 @@ class BatchLedger:
             "partition_column": self.skew_before.column if self.skew_before else None,
             "behind_leader_before_ms": ({p.partition: p.behind_leader_ms for p in self.skew_before.partitions}
                                         if self.skew_before else None),
+            "late_watermark_ms": self.late_watermark_ms, "late_watermark": iso_utc(self.late_watermark_ms),
+            "late_watermark_rule": self.late_watermark.to_dict() if self.late_watermark else None,
         }
 
 
@@ -502,7 +610,7 @@ def _progress_records(checkpoint: str, query_id: str | None, problems: list[Read
 
 
 def late_ledger(checkpoint: Any, batch_ids: Iterable[int] | None = None, *, filesystem: Any = None,
-                storage_options: dict[str, Any] | None = None) -> LateLedger:
+                storage_options: dict[str, Any] | None = None, late_watermark: str | None = None) -> LateLedger:
     """Replay micro-batches of a checkpoint and list every row the watermark dropped.
 
     :param checkpoint: the query's checkpoint folder (local path or fsspec URL); its progress log
@@ -511,10 +619,15 @@ def late_ledger(checkpoint: Any, batch_ids: Iterable[int] | None = None, *, file
         batch with an offsets file.
     :param filesystem: / storage_options: as for :func:`~watermark_ops.core.checkpoint.read_checkpoint`
         (landed files are read through fsspec from their own URIs when not local).
+    :param late_watermark: None (default): each batch's watermark for late rows follows its
+        progress record (:func:`late_watermark_rule`); ``"previous"`` or ``"current"`` forces one
+        rule on every batch (a what-if: what the other rule would have dropped).
     :return: a :class:`LateLedger`; never raises for bad or missing files: each is a problem
         naming it, and the batches it concerns have ``replayed`` False.
     :raises OSError: when the progress log exists but cannot be read.
     """
+    if late_watermark not in (None, "previous", "current"):
+        raise LedgerError(f"late_watermark must be None, 'previous' or 'current', got {late_watermark!r}")
     state = read_checkpoint(checkpoint, filesystem=filesystem, storage_options=storage_options)
     storage, root = open_storage(checkpoint, filesystem=filesystem, storage_options=storage_options)
     problems: list[ReadProblem] = list(state.problems)
@@ -525,7 +638,8 @@ def late_ledger(checkpoint: Any, batch_ids: Iterable[int] | None = None, *, file
     skew_before = skew_before_each_batch(records)
     batches = []
     for batch_id in wanted:
-        batch = _replay(state, storage, root, batch_id, records.get(batch_id), problems, unreplayable)
+        batch = _replay(state, storage, root, batch_id, records.get(batch_id), problems, unreplayable,
+                        late_watermark)
         batches.append(replace(batch, skew_before=skew_before.get(batch_id)))
     skew = None
     if wanted:  # the skew through the newest batch asked for, with the late rows of those replayed
@@ -545,7 +659,8 @@ def late_ledger(checkpoint: Any, batch_ids: Iterable[int] | None = None, *, file
 
 
 def _replay(state: Checkpoint, storage: Any, root: str, batch_id: int, record: dict | None,
-            problems: list[ReadProblem], unreplayable: dict[str, dict[str, Any]]) -> BatchLedger:
+            problems: list[ReadProblem], unreplayable: dict[str, dict[str, Any]],
+            force_basis: str | None = None) -> BatchLedger:
     """One batch → :class:`BatchLedger` (``replayed`` False, with a problem, when it cannot be)."""
     batch = state.batch(batch_id)
     offsets = batch.offsets if batch else None
@@ -573,9 +688,16 @@ def _replay(state: Checkpoint, storage: Any, root: str, batch_id: int, record: d
         return BatchLedger(batch_id, False, offsets.watermark_ms, offsets.timestamp_ms, **spark_rows)
     try:
         rule = LateRule.from_dict(record["late_rule"], where)
+        which = late_watermark_rule(record, where)
     except LedgerError as err:
         problems.append(ReadProblem("bad_field", progress_log_path(state.location), str(err), batch_id))
         return BatchLedger(batch_id, False, offsets.watermark_ms, offsets.timestamp_ms, **spark_rows)
+    if force_basis is not None and force_basis != which.basis:
+        which = replace(which, basis=force_basis, reason=f"forced to the {force_basis} watermark (what-if); "
+                                                         f"the record says: {which.reason}")
+    # offsets/N-1 is readable here (checked above); batch 0 has none: Spark uses 0.
+    late_ms = offsets.watermark_ms if which.basis == "current" else (previous.offsets.watermark_ms if previous else 0)
+    extra = {"late_watermark_ms": late_ms, "late_watermark": which}
     ok = True
     read: list[tuple[int, str]] = []  # (source index, file URI)
     ranges: dict[str, list[int]] = {}
@@ -610,7 +732,7 @@ def _replay(state: Checkpoint, storage: Any, root: str, batch_id: int, record: d
             read.extend((index, f.path) for f in log.files[k])
     if not ok:
         return BatchLedger(batch_id, False, offsets.watermark_ms, offsets.timestamp_ms, log_offsets=ranges,
-                           rule=rule, **spark_rows)
+                           rule=rule, **spark_rows, **extra)
     files, rows_read, quarantined, aggregated, late = [], 0, {}, 0, []
     for index, uri in read:
         name = uri.rstrip("/").rsplit("/", 1)[-1]
@@ -638,17 +760,16 @@ def _replay(state: Checkpoint, storage: Any, root: str, batch_id: int, record: d
                 if reason is not None:
                     quarantined[reason] = quarantined.get(reason, 0) + 1
                     continue
-                is_late, late_by, start_ms, end_ms = rule.late(event_us, offsets.watermark_ms)
+                is_late, late_by, start_ms, end_ms = rule.late(event_us, late_ms)
                 if not is_late:
                     aggregated += 1
                     continue
-                late.append(LateRow(batch_id, uri, number, obj, event_us // 1000, offsets.watermark_ms, late_by,
-                                    start_ms, end_ms))
+                late.append(LateRow(batch_id, uri, number, obj, event_us // 1000, late_ms, late_by, start_ms, end_ms))
     if not ok:
         return BatchLedger(batch_id, False, offsets.watermark_ms, offsets.timestamp_ms, log_offsets=ranges,
-                           rule=rule, **spark_rows)
+                           rule=rule, **spark_rows, **extra)
     return BatchLedger(batch_id, True, offsets.watermark_ms, offsets.timestamp_ms, tuple(files), ranges, rows_read,
-                       quarantined, aggregated, tuple(late), rule=rule, **spark_rows)
+                       quarantined, aggregated, tuple(late), rule=rule, **spark_rows, **extra)
 
 
 # --------------------------------------------------------------------------------------------

@@ -25,6 +25,19 @@ Rules (name: severity, what):
 * ``missing_batch`` (warning): a hole in the retained range: ``offsets/N`` missing between the
   lowest and the head batch, or ``commits/N`` missing before the head (async progress tracking
   leaves legitimate holes). Consecutive holes are one finding.
+* ``restart_impossible`` (error): ``offsets/H-1`` missing below the head ``offsets/H`` (H > 0), in
+  a query that does not use async progress tracking. Every restart reads it for batch H's start
+  offsets (``MicroBatchExecution.populateStartOffsets`` → ``validateOffsetLogAndGetPrevOffset``)
+  and fails with ``IllegalStateException: batch H-1 doesn't exist`` (SPARK-38033); Spark itself
+  never leaves that hole (it purges below ``H - minBatchesToRetain``, ``minBatchesToRetain >=
+  1``). With async progress tracking (the ``asyncProgressTrackingEnabled`` option of
+  ``writeStream``: ``AsyncProgressTrackingMicroBatchExecution``, stateless queries on a
+  ProcessingTime trigger) the restart looks for the newest batch below H that is on disk
+  (``AsyncOffsetSeqLog.getPrevBatchFromStorage``), so the hole stays a ``missing_batch``
+  warning. That option lives only in the query's options: Spark writes it into no checkpoint
+  file (``offsets/N`` ``conf`` holds only ``OffsetSeqMetadata.relevantSQLConfs``), so the audit
+  takes it from the job's progress log (``requested_conf["asyncProgressTrackingEnabled"]``) or
+  an offsets ``conf`` that carries it.
 * ``in_flight_batch`` (info): the head has offsets but no commit: running now, or its driver died;
   the next start re-runs it with its own offsets.
 * ``conf_changed`` (warning): a recorded conf differs from the previous batch's (Spark freezes
@@ -67,11 +80,15 @@ __all__ = [
     "in_flight_batch",
     "memory_rules",
     "missing_batch",
+    "uses_async_progress_tracking",
     "unreadable",
     "watermark_regressed",
 ]
 
 ERROR, WARNING, INFO = "error", "warning", "info"
+#: The ``writeStream`` option that turns on async progress tracking
+#: (``AsyncProgressTrackingMicroBatchExecution.ASYNC_PROGRESS_TRACKING_ENABLED``).
+ASYNC_PROGRESS_TRACKING = "asyncProgressTrackingEnabled"
 
 #: Every rule name with its (default) severity. Names are stable: alerts and dashboards key on them.
 RULES: dict[str, str] = {
@@ -79,6 +96,7 @@ RULES: dict[str, str] = {
     "commit_offset_mismatch": ERROR,
     "commit_without_offsets": ERROR,
     "missing_batch": WARNING,
+    "restart_impossible": ERROR,
     "in_flight_batch": INFO,
     "conf_changed": WARNING,
     "checkpoint_reset": ERROR,
@@ -255,14 +273,48 @@ def _hole(location: str, log_name: str, first: int, last: int, where: str) -> Fi
                     f"{span} missing {where} (async progress tracking leaves such holes; otherwise files were deleted)")
 
 
-def missing_batch(records: Sequence[BatchRecord], location: str, has_commit_log: bool = True) -> list[Finding]:
-    """Holes inside the retained range (consecutive ids grouped into one finding)."""
+def uses_async_progress_tracking(records: Sequence[BatchRecord], progress_records: Iterable[dict[str, Any]] = (),
+                                 query_id: str | None = None) -> bool:
+    """Whether the query ran with async progress tracking: ``asyncProgressTrackingEnabled`` is
+    ``"true"`` in an offsets ``conf`` or in a progress record's ``requested_conf`` (records of
+    another query id are ignored). Spark records the option nowhere in the checkpoint itself."""
+    def on(conf: Any) -> bool:
+        return isinstance(conf, dict) and str(conf.get(ASYNC_PROGRESS_TRACKING, "")).strip().lower() == "true"
+
+    if any(on(r.conf) for r in records):
+        return True
+    return any(on(p.get("requested_conf")) for p in progress_records
+               if isinstance(p, dict) and not (query_id and p.get("query_id") not in (None, query_id)))
+
+
+def missing_batch(records: Sequence[BatchRecord], location: str, has_commit_log: bool = True,
+                  async_progress_tracking: bool = False) -> list[Finding]:
+    """Holes inside the retained range (consecutive ids grouped into one finding), and
+    ``restart_impossible`` for ``offsets/H-1`` missing below the head ``H`` unless
+    ``async_progress_tracking`` (see :func:`uses_async_progress_tracking`)."""
     offsets_ids = {r.batch_id for r in records if r.has_offsets}
     if not offsets_ids:
         return []
     low, head = min(offsets_ids), max(offsets_ids)
-    findings = [_hole(location, "offsets", first, last, f"between offsets/{low} and offsets/{head}")
-                for first, last in _gaps(offsets_ids)]
+    below_head = head - 1
+    blocked = head > 0 and below_head not in offsets_ids and not async_progress_tracking
+    findings = []
+    for first, last in _gaps(offsets_ids):
+        if blocked and last == below_head:
+            last = below_head - 1  # the batch below the head is its own finding, below
+            if last < first:
+                continue
+        findings.append(_hole(location, "offsets", first, last, f"between offsets/{low} and offsets/{head}"))
+    if blocked:
+        findings.append(_finding(
+            "restart_impossible", below_head, _path(location, "offsets", below_head),
+            f"offsets/{below_head} is missing below the head offsets/{head}: the query cannot restart. A restart "
+            f"reads offsets/{below_head} for the offsets batch {head} starts from "
+            f"(MicroBatchExecution.validateOffsetLogAndGetPrevOffset) and fails with \"batch {below_head} doesn't "
+            f"exist\" (SPARK-38033). Spark never leaves this hole without async progress tracking "
+            f"({ASYNC_PROGRESS_TRACKING}), which this query does not record using: the file was deleted or lost; "
+            f"restore it from a copy of the checkpoint",
+        ))
     if has_commit_log:
         uncommitted = {r.batch_id for r in records if r.has_offsets and not r.committed and r.batch_id != head}
         findings += [_hole(location, "commits", first, last, "although later batches exist")

@@ -130,3 +130,52 @@ def test_sigkilled_driver_leaves_an_in_flight_batch_that_the_restart_reruns(spar
     assert report.in_flight_batch_id is None and report.head_batch_id > n
     assert report.added_batch_ids[0] == n + 1
     assert next(b for b in report.batches if b.batch_id == n).committed
+
+
+def test_a_deleted_offsets_file_below_the_head_is_a_restart_spark_refuses(spark, tmp_path):
+    import pytest
+    from pyspark.errors import StreamingQueryException
+
+    history = cf.restart_history(spark)
+    root = cf.copy_checkpoint(history.dirs.root, tmp_path / "job")  # a copy: the package never deletes
+    dirs = cf.JobDirs(root)
+    head = read_checkpoint(str(dirs.checkpoint)).head_batch_id
+    assert head >= 4
+    (dirs.checkpoint / "offsets" / str(head - 1)).unlink()
+    (dirs.checkpoint / "offsets" / f".{head - 1}.crc").unlink(missing_ok=True)
+    report = run_audit(str(dirs.checkpoint))
+    errors = {f.rule: f for f in report.findings if f.severity == "error"}
+    assert sorted(errors) == ["commit_without_offsets", "restart_impossible"]  # commits/N-1 is still there
+    finding = errors["restart_impossible"]
+    assert (finding.batch_id, finding.file) == (head - 1, f"{dirs.checkpoint}/offsets/{head - 1}")
+    assert f"\"batch {head - 1} doesn't exist\"" in finding.message
+    assert not [f for f in report.findings if f.rule == "missing_batch"]
+    assert (report.status, report.exit_code) == ("violation", 1)
+    # What the finding says is what Spark does: the restart fails, naming the missing batch.
+    with pytest.raises(StreamingQueryException, match=f"batch {head - 1} doesn't exist"):
+        cf.run_job(spark, dirs)
+
+    # With commits/N-1 gone too (a hole in both logs, as async progress tracking leaves), the one error left.
+    (dirs.checkpoint / "commits" / str(head - 1)).unlink()
+    report = run_audit(str(dirs.checkpoint))
+    assert [(f.rule, f.batch_id) for f in report.findings if f.severity == "error"] == [
+        ("restart_impossible", head - 1)]
+
+    # An older hole (in both logs) leaves the restart possible: a warning, status ok.
+    older = cf.copy_checkpoint(history.checkpoint, tmp_path / "older")
+    (older / "offsets" / str(head - 3)).unlink()
+    (older / "commits" / str(head - 3)).unlink()
+    report = run_audit(str(older))
+    assert [(f.rule, f.severity, f.batch_id) for f in report.findings if f.rule != "in_flight_batch"] == [
+        ("missing_batch", "warning", head - 3)]
+    assert report.status == "ok"
+
+    # A query that records async progress tracking may leave that hole: a warning again.
+    progress = Path(str(dirs.checkpoint) + ".progress.jsonl")
+    records = [json.loads(line) for line in progress.read_text().splitlines()]
+    progress.write_text("".join(json.dumps({**r, "requested_conf": {**r.get("requested_conf", {}),
+                                                                    "asyncProgressTrackingEnabled": "true"}}) + "\n"
+                                for r in records))
+    report = run_audit(str(dirs.checkpoint))
+    assert [(f.rule, f.severity) for f in report.findings if f.batch_id == head - 1] == [("missing_batch", "warning")]
+    assert report.status == "ok"

@@ -123,3 +123,26 @@ def test_report_is_plain_data_and_json_ready(checkpoint_with_log):
     assert document["problems"] and "expected one JSON object per line" in document["problems"][0]
     (weather,) = document["inputs"]
     assert weather["event_time_field"] == "time_hour" and weather["max_lateness_ms"] == 2 * HOUR
+
+
+def test_each_run_says_which_watermark_filtered_its_late_rows():
+    rule = {"kind": "window_end", "event_time": "dep_time", "window_ms": HOUR}
+    conf = "spark.sql.streaming.statefulOperator.allowMultiple"
+
+    def record(run_id, batch_id, **extra):
+        return {**progress_record(run_id, batch_id, 10, 1, 1000 * batch_id), "late_rule": rule, **extra}
+
+    runs = drops_per_run([
+        record("old", 0),  # no version, no conf: Spark >= 3.4's default assumed
+        record("new", 1, spark_version="4.2.0", requested_conf={conf: "true"}),
+        record("single", 2, spark_version="4.2.0", requested_conf={conf: "false"}),
+        record("v33", 3, spark_version="3.3.4"),
+        record("mixed", 4, requested_conf={conf: "true"}), record("mixed", 5, requested_conf={conf: "false"}),
+        progress_record("nowatermark", 6, 10, 0, 6000),  # the quarantine query: no late rule
+        record("corrupt", 7, requested_conf={conf: "maybe"}),
+    ])
+    by_run = {r.run_id: (r.late_watermark, r.late_watermark_assumed) for r in runs}
+    assert by_run == {"old": ("previous", True), "new": ("previous", False), "single": ("current", False),
+                      "v33": ("current", False), "mixed": ("mixed", False), "nowatermark": (None, False),
+                      "corrupt": (None, False)}
+    assert runs[0].to_dict()["late_watermark"] == "previous" and runs[0].to_dict()["late_watermark_assumed"] is True

@@ -182,3 +182,43 @@ def test_parse_source_log_names_the_bad_line():
         parse_source_log(b'v1\n{"path":"file:///a","timestamp":5,"batchId":3}\n{"path":1}')
     with pytest.raises(LogFileError, match="empty file"):
         parse_source_log(b"")
+
+
+def test_the_watermark_for_late_rows_follows_the_recorded_spark_version_and_conf(tmp_path):
+    # Spark >= 3.4 with allowMultiple true (or a record naming neither: that default is assumed):
+    # batch N filters late rows with offsets/N-1's watermark, batch 0 with 0.
+    for name, conf, version in (("default", None, None), ("true", "true", "4.2.0"), ("true_no_version", "true", None)):
+        checkpoint, _ = lf.build(tmp_path / name, allow_multiple=conf, spark_version=version)
+        ledger = late_ledger(str(checkpoint))
+        assert ledger.complete, ledger.problems
+        assert {b: _ids(ledger, b) for b in (0, 1, 2)} == {0: [], **lf.LATE_IDS_PREVIOUS}, name
+        assert [b.late_watermark_ms for b in ledger.batches] == [0, 0, lf.WATERMARK_1]
+        assert [b.watermark_ms for b in ledger.batches] == [0, lf.WATERMARK_1, lf.WATERMARK_2]  # what they ran with
+        assert {r.watermark_ms for r in ledger.late_rows} == {lf.WATERMARK_1}
+        assert {b.late_watermark.basis for b in ledger.batches} == {"previous"}
+        assert {b.late_watermark.assumed for b in ledger.batches} == {conf is None}
+    summary = late_ledger(str(tmp_path / "default" / "ck")).batches[2].summary()
+    assert summary["late_watermark_ms"] == lf.WATERMARK_1 and summary["late_watermark_rule"]["assumed"] is True
+    assert "default true assumed" in summary["late_watermark_rule"]["reason"]
+    # Before 3.4 (no allowMultiple), or allowMultiple false: the batch's own watermark.
+    for name, conf, version in (("old", None, "3.3.2"), ("false", "false", "4.2.0"), ("FALSE", " FALSE ", None)):
+        checkpoint, _ = lf.build(tmp_path / name, allow_multiple=conf, spark_version=version)
+        ledger = late_ledger(str(checkpoint))
+        assert {b: _ids(ledger, b) for b in (0, 1, 2)} == {0: [], **lf.LATE_IDS}, name
+        assert [b.late_watermark_ms for b in ledger.batches] == [0, lf.WATERMARK_1, lf.WATERMARK_2]
+    # The what-if: one rule forced on every batch, whatever the records say.
+    forced = late_ledger(str(tmp_path / "false" / "ck"), late_watermark="previous")
+    assert {b: _ids(forced, b) for b in (1, 2)} == lf.LATE_IDS_PREVIOUS
+    assert "forced to the previous watermark" in forced.batches[1].late_watermark.reason
+    with pytest.raises(LedgerError, match="late_watermark must be"):
+        late_ledger(str(tmp_path / "false" / "ck"), late_watermark="newest")
+
+
+def test_a_corrupt_allow_multiple_value_is_named_and_its_batch_not_guessed(tmp_path):
+    checkpoint, _ = lf.build(tmp_path, allow_multiple="maybe")
+    ledger = late_ledger(str(checkpoint), [2])
+    assert not ledger.complete and not ledger.batches[0].replayed
+    (problem,) = ledger.problems
+    assert problem.kind == "bad_field" and problem.file == str(tmp_path / "ck.progress.jsonl")
+    assert "statefulOperator.allowMultiple" in problem.message and '"maybe"' in problem.message
+    assert "(batch 2)" in problem.message

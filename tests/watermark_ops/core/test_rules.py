@@ -13,6 +13,7 @@ from watermark_ops.core.rules import (
     in_flight_batch,
     memory_rules,
     missing_batch,
+    uses_async_progress_tracking,
     watermark_regressed,
 )
 
@@ -91,8 +92,36 @@ def test_missing_batches_are_grouped_and_a_warning():
 def test_a_huge_gap_is_one_finding_without_enumerating_it():
     head = 2**63 - 1  # the largest batch id Spark can write; the ids in between are never built
     findings = missing_batch(chain((0, 10), (10, 20)) + chain((20, None), first=head), "/data/cp")
+    assert rules_of(findings) == [("missing_batch", "warning", 2), ("restart_impossible", "error", head - 1)]
+    assert f"offsets/2..{head - 2} ({head - 3} batches)" in findings[0].message
+    findings = missing_batch(chain((0, 10), (10, 20)) + chain((20, None), first=head), "/data/cp",
+                             async_progress_tracking=True)
     assert rules_of(findings) == [("missing_batch", "warning", 2)]
     assert f"offsets/2..{head - 1} ({head - 2} batches)" in findings[0].message
+
+
+def test_a_hole_right_below_the_head_makes_the_restart_impossible_unless_async_progress_tracking():
+    # offsets 0..3 and 5: offsets/4 missing below the head 5 (SPARK-38033).
+    records = chain((0, 10), (10, 20), (20, 30), (30, 40)) + chain((40, None), first=5)
+    (finding,) = missing_batch(records, "/data/cp")
+    assert (finding.rule, finding.severity, finding.batch_id, finding.file) == (
+        "restart_impossible", "error", 4, "/data/cp/offsets/4")
+    assert "cannot restart" in finding.message and "\"batch 4 doesn't exist\"" in finding.message
+    assert "SPARK-38033" in finding.message and "asyncProgressTrackingEnabled" in finding.message
+    # An older hole is still a warning; a longer hole ending below the head is split.
+    records = chain((0, 10)) + chain((10, 20), first=3) + chain((20, 30), first=7)
+    assert rules_of(missing_batch(records, "/data/cp")) == [
+        ("missing_batch", "warning", 1), ("missing_batch", "warning", 4), ("restart_impossible", "error", 6)]
+    # Only the head is left (everything below it deleted): the restart fails the same way.
+    assert rules_of(missing_batch(chain((40, 40), first=9), "/data/cp")) == [("restart_impossible", "error", 8)]
+    assert missing_batch(chain((0, None)), "/data/cp") == []  # batch 0 has no batch below it
+    # Async progress tracking skips to the newest batch on disk: holes are legitimate there.
+    option = {"asyncProgressTrackingEnabled": "true"}
+    assert uses_async_progress_tracking(chain((0, 1), conf=option))
+    assert uses_async_progress_tracking(chain((0, 1)), [{"query_id": "q", "requested_conf": option}], "q")
+    assert not uses_async_progress_tracking(chain((0, 1)), [{"query_id": "other", "requested_conf": option}], "q")
+    assert not uses_async_progress_tracking(chain((0, 1)), [{"requested_conf": {"asyncProgressTrackingEnabled": "false"}}])
+    assert rules_of(missing_batch(chain((40, 40), first=9), "/data/cp", async_progress_tracking=True)) == []
 
 
 def test_in_flight_head_is_info_with_the_watermark_of_the_rerun():
