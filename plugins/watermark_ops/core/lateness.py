@@ -423,6 +423,18 @@ class LatenessReport:
         }
 
 
+def _rule_fields(records: list[dict[str, Any]], sources: int) -> list[str | None]:
+    """The event-time field per source named by the newest record's ``late_rule`` (None each when none)."""
+    for record in reversed(records):
+        rule = record.get("late_rule")
+        fields = rule.get("event_time") if isinstance(rule, dict) else None
+        if isinstance(fields, str):
+            return [fields] * sources
+        if isinstance(fields, list) and all(isinstance(f, str) for f in fields):
+            return (fields + [None] * sources)[:sources]
+    return [None] * sources
+
+
 def lateness_report(checkpoint: str, landings: Iterable[str] = (), targets: Iterable[float] = DEFAULT_TARGETS,
                     event_time_field: str | None = None) -> LatenessReport:
     """Drops per run from the checkpoint's progress log, and observed lateness per landing folder.
@@ -430,18 +442,22 @@ def lateness_report(checkpoint: str, landings: Iterable[str] = (), targets: Iter
     :param checkpoint: the checkpoint location; its progress log is ``<checkpoint>.progress.jsonl``.
     :param landings: landing folders of the query's inputs (one per input; may be empty).
     :param targets: drop-rate targets of the advice (default 1 % and 0.1 %).
-    :param event_time_field: forces the event-time field of every landing (default: recognised).
+    :param event_time_field: forces the event-time field of every landing (default: the newest
+        progress record's ``late_rule`` names it, one per source in plan order, as the recorder
+        writes it; else recognised from :data:`EVENT_TIME_FIELDS`).
     :return: a :class:`LatenessReport`.
     :raises LatenessError: for a missing landing folder or unrecognised events.
     :raises OSError: when the progress log exists but cannot be read.
     """
     log_path = progress_log_path(checkpoint)
     progress = read_progress_log(log_path)
+    landings = list(landings)
+    fields = [event_time_field] * len(landings) if event_time_field else _rule_fields(progress.records, len(landings))
     return LatenessReport(
         checkpoint=str(checkpoint),
         progress_log=log_path,
         runs=tuple(drops_per_run(progress.records)),
-        inputs=tuple(landed_lateness(landing, event_time_field) for landing in landings),
+        inputs=tuple(landed_lateness(landing, field) for landing, field in zip(landings, fields)),
         targets=tuple(targets),
         problems=tuple(progress.problems),
     )

@@ -98,6 +98,8 @@ TICK_PREFIX = "watermark-ops-tick-"
 _HOUR_US = 3_600_000_000
 _LONG = (-(2**63), 2**63 - 1)
 _INT = (-(2**31), 2**31 - 1)
+#: The JSON kinds a landed value is checked against (``watermark_ops.spark.schema_kinds`` of the job's DDL).
+_KINDS = ("long", "int", "double", "string")
 _JACKSON_MAX_STRING = 20_000_000
 # flight_inputs.ISO_DATE_TIME, with its parts captured (ASCII digits, as Java's \d).
 _ISO = re.compile(r"^([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2})(?::([0-9]{2})(?:\.([0-9]{1,9}))?)?"
@@ -329,6 +331,9 @@ class LateRule:
     :ivar delay_threshold_ms: the ``withWatermark`` delay threshold per source (informative: the
         watermark itself is read from the offset log), None when unknown.
     :ivar max_event_time_ahead_ms: the job's future-time tolerance, None when off.
+    :ivar inputs: how each source's landed lines are read (the rule's ``inputs``: the job's schema
+        and required fields, ``watermark_ops.spark.late_rule(schema=...)``), one per source; empty
+        for a rule recorded without them (then :data:`INPUT_PROFILES` is looked up by event-time field).
     """
 
     kind: str
@@ -336,6 +341,7 @@ class LateRule:
     window_ms: int | None = None
     delay_threshold_ms: tuple[int | None, ...] = ()
     max_event_time_ahead_ms: int | None = None
+    inputs: tuple[InputProfile, ...] = ()
 
     @classmethod
     def from_dict(cls, value: Any, where: str) -> LateRule:
@@ -360,8 +366,29 @@ class LateRule:
         ahead = value.get("max_event_time_ahead_ms")
         if ahead is not None and (isinstance(ahead, bool) or not isinstance(ahead, int)):
             raise bad('"max_event_time_ahead_ms" must be an integer or null')
+        inputs = value.get("inputs") or []
+        if not isinstance(inputs, list) or (inputs and len(inputs) != len(fields)):
+            raise bad('"inputs" must be a list with one entry per event-time field')
+        profiles = []
+        for entry in inputs:
+            schema = entry.get("schema") if isinstance(entry, dict) else None
+            required = (entry.get("required") or {}) if isinstance(entry, dict) else None
+            if (not isinstance(schema, dict) or not schema or not isinstance(required, dict)
+                    or not all(isinstance(k, str) and v in _KINDS for k, v in schema.items())
+                    or not all(isinstance(k, str) and isinstance(v, str) for k, v in required.items())):
+                raise bad(f'inputs: expected {{"schema": {{field: one of {sorted(_KINDS)}}}, '
+                          f'"required": {{reason: field}}}} per source')
+            profiles.append(InputProfile(dict(schema), dict(required)))
         return cls(value["kind"], tuple(fields), window if value["kind"] == "window_end" else None,
-                   tuple(d if isinstance(d, int) else None for d in delays), ahead)
+                   tuple(d if isinstance(d, int) else None for d in delays), ahead, tuple(profiles))
+
+    def profile_of(self, source_index: int) -> InputProfile | None:
+        """How the source at ``source_index`` is read: the rule's own ``inputs`` entry, else the
+        example's profile of its event-time field (:data:`INPUT_PROFILES`), else None."""
+        if self.inputs:
+            return self.inputs[0] if len(self.inputs) == 1 else (
+                self.inputs[source_index] if source_index < len(self.inputs) else None)
+        return INPUT_PROFILES.get(self.field_of(source_index) or "")
 
     def field_of(self, source_index: int) -> str | None:
         """The event-time field of the source at ``source_index`` (None: the rule names none)."""
@@ -385,9 +412,13 @@ class LateRule:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready, the progress log's shape."""
-        return {"kind": self.kind, "event_time": list(self.event_time), "window_ms": self.window_ms,
-                "delay_threshold_ms": list(self.delay_threshold_ms),
-                "max_event_time_ahead_ms": self.max_event_time_ahead_ms}
+        document = {"kind": self.kind, "event_time": list(self.event_time), "window_ms": self.window_ms,
+                    "delay_threshold_ms": list(self.delay_threshold_ms),
+                    "max_event_time_ahead_ms": self.max_event_time_ahead_ms}
+        if self.inputs:
+            document["inputs"] = [{"event_time": f, "schema": dict(p.schema), "required": dict(p.required)}
+                                  for f, p in zip(self.event_time, self.inputs)]
+        return document
 
 
 # --------------------------------------------------------------------------------------------
@@ -481,6 +512,15 @@ class BatchLedger:
         """Rows dropped as late."""
         return len(self.late_rows)
 
+    @property
+    def partition_column(self) -> str | None:
+        """The job's partition column (the progress record's ``partition_column``), None when not recorded."""
+        return self.skew_before.column if self.skew_before else None
+
+    def late_by_partition(self) -> dict[str, int]:
+        """Late rows per value of the job's partition column (:attr:`partition_column`); empty without one."""
+        return self.late_by(self.partition_column) if self.partition_column else {}
+
     def late_by(self, key: str = "origin") -> dict[str, int]:
         """Late rows per value of the event's ``key`` field (``"?"`` when absent), descending."""
         counts: dict[str, int] = {}
@@ -492,7 +532,8 @@ class BatchLedger:
     def summary(self) -> dict[str, Any]:
         """JSON-ready, without the rows: ``{"batch_id", "replayed", "watermark_ms", "watermark",
         "timestamp_ms", "files", "log_offsets", "rows_read", "rows_quarantined", "rows_aggregated",
-        "rows_late", "late_by_origin", "worst_late_by_ms", "spark_input_rows", "spark_rows_dropped",
+        "rows_late", "late_by_origin", "late_by_partition" (by the job's partition column), "worst_late_by_ms",
+        "spark_input_rows", "spark_rows_dropped",
         "rule", "partition_column", "behind_leader_before_ms": {partition: ms} | None, "late_watermark_ms",
         "late_watermark" (ISO), "late_watermark_rule": LateWatermarkRule.to_dict() | None}`` (``partition_column``
         and ``behind_leader_before_ms`` from :attr:`skew_before`)."""
@@ -502,7 +543,7 @@ class BatchLedger:
             "timestamp_ms": self.timestamp_ms, "files": list(self.files), "log_offsets": self.log_offsets,
             "rows_read": self.rows_read, "rows_quarantined": dict(self.rows_quarantined),
             "rows_aggregated": self.rows_aggregated, "rows_late": self.rows_late,
-            "late_by_origin": self.late_by("origin"),
+            "late_by_origin": self.late_by("origin"), "late_by_partition": self.late_by_partition(),
             "worst_late_by_ms": max((r.late_by_ms for r in self.late_rows), default=None),
             "spark_input_rows": self.spark_input_rows, "spark_rows_dropped": self.spark_rows_dropped,
             "rule": self.rule.to_dict() if self.rule else None,
@@ -553,15 +594,19 @@ class LateLedger:
     def totals(self) -> dict[str, Any]:
         """Over the replayed batches: ``{"rows_read", "rows_aggregated", "rows_late",
         "rows_quarantined", "quarantined_by_reason", "late_by_batch": {id: rows},
-        "late_by_origin": {origin: rows}, "spark_rows_dropped"}``."""
+        "late_by_origin": {origin: rows}, "late_by_partition": {value of the job's partition column: rows},
+        "spark_rows_dropped"}``."""
         replayed = [b for b in self.batches if b.replayed]
         by_reason: dict[str, int] = {}
         by_origin: dict[str, int] = {}
+        by_partition: dict[str, int] = {}
         for batch in replayed:
             for reason, rows in batch.rows_quarantined.items():
                 by_reason[reason] = by_reason.get(reason, 0) + rows
             for origin, rows in batch.late_by("origin").items():
                 by_origin[origin] = by_origin.get(origin, 0) + rows
+            for name, rows in batch.late_by_partition().items():
+                by_partition[name] = by_partition.get(name, 0) + rows
         return {
             "rows_read": sum(b.rows_read for b in replayed),
             "rows_aggregated": sum(b.rows_aggregated for b in replayed),
@@ -570,6 +615,7 @@ class LateLedger:
             "quarantined_by_reason": by_reason,
             "late_by_batch": {str(b.batch_id): b.rows_late for b in replayed},
             "late_by_origin": dict(sorted(by_origin.items(), key=lambda item: (-item[1], item[0]))),
+            "late_by_partition": dict(sorted(by_partition.items(), key=lambda item: (-item[1], item[0]))),
             "spark_rows_dropped": sum(b.spark_rows_dropped or 0 for b in replayed),
         }
 
@@ -740,10 +786,12 @@ def _replay(state: Checkpoint, storage: Any, root: str, batch_id: int, record: d
             continue  # the driver's empty tick file: no rows
         files.append(uri)
         event_field = rule.field_of(index)
-        profile = INPUT_PROFILES.get(event_field or "")
+        profile = rule.profile_of(index)
         if profile is None:
-            problems.append(ReadProblem("no_profile", uri, f"no known input has the event-time field {event_field!r}: "
-                                        f"expected one of {sorted(INPUT_PROFILES)}", batch_id))
+            problems.append(ReadProblem("no_profile", uri, f"the late rule records no input schema for this source "
+                                        f"(record it with watermark_ops.spark.late_rule(schema=...)) and no known "
+                                        f"input has the event-time field {event_field!r}: expected one of "
+                                        f"{sorted(INPUT_PROFILES)}", batch_id))
             ok = False
             continue
         landed_storage, landed_path = open_storage(_landed_location(uri))
@@ -827,7 +875,7 @@ def reconcile_run(checkpoint: str, run_tag: str, quarantine_checkpoint: str | No
     :param sink: when given, the late rows are written there (:func:`write_late_rows`).
     :return: ``{"run_tag", "batch_ids", "rows_in", "rows_aggregated", "rows_late", "rows_quarantined",
         "balanced": bool, "rows_dropped_by_watermark_spark" (Spark's late groups), "late_by_batch",
-        "late_by_origin", "worst_late_by_ms", "ledger_rows_read", "ledger_quarantined", "complete",
+        "late_by_origin", "late_by_partition", "worst_late_by_ms", "ledger_rows_read", "ledger_quarantined", "complete",
         "problems": [str], "not_replayable", "sink_files": [str]}``.
     :raises OSError: when a progress log or the sink cannot be read or written.
     """
@@ -846,6 +894,7 @@ def reconcile_run(checkpoint: str, run_tag: str, quarantine_checkpoint: str | No
         "rows_dropped_by_watermark_spark": report["rows_dropped_by_watermark"],
         "late_by_batch": totals["late_by_batch"],
         "late_by_origin": totals["late_by_origin"],
+        "late_by_partition": totals["late_by_partition"],
         "worst_late_by_ms": max((r.late_by_ms for r in ledger.late_rows), default=None),
         "ledger_rows_read": totals["rows_read"],
         "ledger_quarantined": totals["rows_quarantined"],
