@@ -381,6 +381,11 @@ class ProgressRecorder:
         self._requested_conf = {
             key: value for key in RECORDED_CONFS if (value := spark.conf.get(key, None)) is not None
         }
+        if ALLOW_MULTIPLE_CONF not in self._requested_conf:  # not set: record the session's effective value
+            try:
+                self._requested_conf[ALLOW_MULTIPLE_CONF] = str(spark.conf.get(ALLOW_MULTIPLE_CONF))
+            except Exception:  # noqa: BLE001 - a Spark without the conf (before 3.4): the ledger knows by version
+                pass
         self._spark_version = spark.version
         self._logs: dict[str, str] = {}          # query id -> progress log location
         self._rules: dict[str, dict[str, Any] | None] = {}  # query id -> late rule

