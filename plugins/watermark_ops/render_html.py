@@ -5,7 +5,8 @@ JSON) with Jinja2 (autoescaped: checkpoint paths, offsets and messages are data,
 and draws the chart as inline SVG on the server: no script, no CDN, no font to fetch, so a page
 works offline and in any browser. States and severities keep the terminal's colours
 (:mod:`watermark_ops.render`): red for jumped, stalled, a violation and an error finding; yellow for
-lagging and warnings; cyan for idle; green for advancing.
+lagging and warnings; cyan for idle and for a query without a watermark (``no_watermark``); green
+for advancing; grey for ``watermark_unknown`` (the evidence cannot tell whether it has one).
 
 Every link is built from ``base``, the path the face is mounted at (``/watermark-ops``).
 """
@@ -20,7 +21,8 @@ from watermark_ops.render import signed_duration
 
 __all__ = ["checkpoint_page", "error_page", "overview_page", "watermark_chart_svg"]
 
-_STATE_CLASS = {"jumped": "bad", "stalled": "bad", "lagging": "warn", "idle": "info", "advancing": "good"}
+_STATE_CLASS = {"jumped": "bad", "stalled": "bad", "lagging": "warn", "idle": "info", "advancing": "good",
+                "no_watermark": "info", "watermark_unknown": "none"}
 _SEVERITY_CLASS = {"error": "bad", "warning": "warn", "info": "info"}
 _AUDIT_CLASS = {"violation": "bad", "unreadable": "warn", "ok": "good"}
 

@@ -76,8 +76,8 @@ def overview_row(location: str, thresholds: Thresholds, *, name: str | None = No
         "skew_warnings": [the classification's partition-skew warnings],
         "latest_batch_ms", "latest_batch_time", "error": str | None, "rank": int}``; ``rank``
         orders the overview (0 unreadable or violated, 1 alarm, 2 a warning (audit, partition
-        skew) or lagging, 3 healthy,
-        4 not run yet).
+        skew), lagging, or ``watermark_unknown`` (may be a stall the evidence cannot prove), 3
+        healthy (``no_watermark`` too), 4 not run yet).
     """
     row = empty_row(location, name)
     try:
@@ -123,7 +123,7 @@ def _row_of(row: dict[str, Any], checkpoint, thresholds: Thresholds, at_ms: int 
         row["rank"] = _RANK_ERROR
     elif row["alarm"]:
         row["rank"] = _RANK_ALARM
-    elif row["warnings"] or row["skew_warnings"] or row["state"] == "lagging":
+    elif row["warnings"] or row["skew_warnings"] or row["state"] in ("lagging", "watermark_unknown"):
         row["rank"] = _RANK_WARNING
     return row
 
