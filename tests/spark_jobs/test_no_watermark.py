@@ -230,18 +230,25 @@ def test_healthy_watermarked_checkpoints_are_unchanged(built, spark):
 # The UI: the overview row and the checkpoint page show the state
 
 
-def test_the_ui_rows_and_pages_show_the_state(built):
+def test_the_ui_rows_and_pages_show_the_state(built, tmp_path):
     from watermark_ops.core.overview import checkpoint_detail, overview_row, sort_overview
+    from watermark_ops.core.progress import progress_log_path
     from watermark_ops.render_html import checkpoint_page, overview_page
 
+    # A progress log that holds no record of this query (another query's): the state metadata decides.
+    foreign = tmp_path / "window_null"
+    shutil.copytree(built["bare"]["window_null"], foreign)
+    shutil.copy2(progress_log_path(_checkpoint(built, "dedupe")), progress_log_path(str(foreign)))
     rows = {name: overview_row(location, REPLAY, name=name) for name, location in (
         ("dedupe", _checkpoint(built, "dedupe")), ("stateless", str(built["bare"]["stateless"])),
-        ("window_null", _checkpoint(built, "window_null")))}
+        ("window_null", _checkpoint(built, "window_null")), ("window_null_bare", str(built["bare"]["window_null"])),
+        ("window_null_foreign_log", str(foreign)))}
     assert (rows["dedupe"]["state"], rows["dedupe"]["alarm"], rows["dedupe"]["rank"]) == ("no_watermark", False, 3)
     assert rows["dedupe"]["audit_status"] == "ok" and rows["dedupe"]["error"] is None
     # Cannot tell: not an alarm, but above the healthy rows (it may be a stall the evidence cannot prove).
     assert (rows["stateless"]["state"], rows["stateless"]["alarm"], rows["stateless"]["rank"]) == ("watermark_unknown", False, 2)
-    assert (rows["window_null"]["state"], rows["window_null"]["alarm"], rows["window_null"]["rank"]) == ("stalled", True, 1)
+    for name in ("window_null", "window_null_bare", "window_null_foreign_log"):  # as `status` says
+        assert (rows[name]["state"], rows[name]["alarm"], rows[name]["rank"]) == ("stalled", True, 1)
     page = overview_page(sort_overview(dict(row, url=None) for row in rows.values()), base="/w", roots={}, evaluated_at="now")
     dedupe = page[page.index('data-checkpoint="dedupe"'):]
     dedupe = dedupe[:dedupe.index("</tr>")]

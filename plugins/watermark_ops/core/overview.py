@@ -45,15 +45,18 @@ def _classify(checkpoint, thresholds: Thresholds, at_ms: int | None, progress=No
     audit read it), its records of the batches the checkpoint holds are used, as
     :func:`~watermark_ops.core.stall.classify_at` selects them from the log's end, without a
     second read; without it, ``classify_at`` reads the end of the log."""
-    from watermark_ops.core.stall import StallInputError, classify, classify_at
+    from watermark_ops.core.stall import StallInputError, classify, classify_at, state_metadata_of
 
     try:
         if progress is None or not checkpoint.batches:
             return classify_at(checkpoint, thresholds, at_ms), None
         first = checkpoint.batches[0].batch_id
         records = [r for r in progress.records if r["batch_id"] >= first]
+        # While the watermark is 0, the state operators' metadata is evidence of a watermark, as
+        # classify_at reads it (the same state as `watermark-ops status`).
+        state, state_problems = state_metadata_of(checkpoint)
         return classify(checkpoint, records, thresholds, now_ms() if at_ms is None else at_ms,
-                        list(progress.problems)), None
+                        list(progress.problems) + state_problems, state_metadata=state), None
     except StallInputError as exc:
         return None, str(exc)
 
