@@ -97,8 +97,8 @@ Queries without a watermark: ``no_watermark`` and ``watermark_unknown``
 A query without ``withWatermark`` (a ``dropDuplicates`` or ``limit`` of another team, a plain
 filter) also writes ``batchWatermarkMs`` 0 into every offsets file and ``nextBatchWatermarkMs`` 0
 into every commit: its input arrives and "the watermark" never moves, exactly as for a
-watermarked query whose event times are all null (Spark counts a null event time as 0,
-``EventTimeWatermarkExec``). Only while the current watermark is 0 (it never goes back, so it was
+watermarked query whose event times are all null (whose event-time statistics Spark 4.2 reports
+as 1970-01-01T00:00:00Z, 0 ms: seen on real runs). Only while the current watermark is 0 (it never goes back, so it was
 never set) the classification asks the evidence whether the query has a watermark at all
 (:func:`watermark_evidence`, in ``Classification.watermark_evidence``), never the number of batches:
 
@@ -349,8 +349,8 @@ def _stall_hints(flat: Sequence[BatchFacts], n_inputs: int, policy: str | None) 
         total = sum(b.input_rows or 0 for b in rows)
         hints.append(
             f"the newest event time Spark observed in the {total} input rows of these batches is "
-            f"1970-01-01T00:00:00Z (0): Spark counts a null event time as 0 (EventTimeWatermarkExec), so the "
-            f"event-time column is null for every new row"
+            f"1970-01-01T00:00:00Z (0), what Spark reports for rows whose event time is null: the event-time "
+            f"column is null for every new row"
         )
     known = [b for b in flat if b.inputs_advanced is not None]
     if n_inputs >= 2 and known and (policy or "min") == "min":
