@@ -64,10 +64,10 @@ _STATUS_STYLE = {"ok": "bold green", "violation": "bold red", "unreadable": "bol
 
 def _state_style(state: str) -> str:
     """The rich style of a stall state (:data:`watermark_ops.core.stall.STATES`)."""
-    from watermark_ops.core.stall import ADVANCING, IDLE, JUMPED, LAGGING, STALLED
+    from watermark_ops.core.stall import ADVANCING, IDLE, JUMPED, LAGGING, NO_WATERMARK, STALLED, WATERMARK_UNKNOWN
 
     return {JUMPED: "bold red", STALLED: "bold red", LAGGING: "bold yellow", IDLE: "cyan",
-            ADVANCING: "bold green"}[state]
+            ADVANCING: "bold green", NO_WATERMARK: "blue", WATERMARK_UNKNOWN: "magenta"}.get(state, "bold")
 
 
 # --------------------------------------------------------------------------------------------
@@ -267,7 +267,24 @@ def _evidence_rows(c: Classification) -> list[tuple[str, str]]:
         rows.append((f"input {item['source']}", f"offset {item['offset']}, last advanced in batch "
                                                 f"{item['last_advanced_batch']}" + (f" ({item['description']})" if item["description"] else "")))
     rows.extend(_partition_rows(c.partition_skew))
+    rows.extend(_watermark_evidence_rows(c.watermark_evidence))
     rows.append(("thresholds", _thresholds_line(c.thresholds)))
+    return rows
+
+
+def _watermark_evidence_rows(evidence: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """Whether the query has a watermark (:func:`watermark_ops.core.stall.watermark_evidence`), shown
+    only when it was in question (the watermark never set): the answer, why, the state operators read."""
+    if not evidence or evidence.get("source") == "checkpoint_logs":
+        return []
+    answer = {True: "yes", False: "no", None: "cannot tell"}[evidence.get("has_watermark")]
+    rows = [("has a watermark", f"{answer}" + (f" (from the {evidence['source'].replace('_', ' ')})"
+                                                 if evidence.get("source") else ""))]
+    rows.extend(("  evidence", sentence) for sentence in evidence.get("evidence") or [])
+    operators = evidence.get("state_operators")
+    if operators is not None:
+        rows.append(("state operators", ", ".join(f"{op['operator_id']}: {op['name'] or 'no metadata'}"
+                                                    for op in operators) or "none (no state/ folder or empty)"))
     return rows
 
 

@@ -5,7 +5,8 @@ JSON) with Jinja2 (autoescaped: checkpoint paths, offsets and messages are data,
 and draws the chart as inline SVG on the server: no script, no CDN, no font to fetch, so a page
 works offline and in any browser. States and severities keep the terminal's colours
 (:mod:`watermark_ops.render`): red for jumped, stalled, a violation and an error finding; yellow for
-lagging and warnings; cyan for idle; green for advancing.
+lagging and warnings; cyan for idle and for a query without a watermark (``no_watermark``); green
+for advancing; grey for ``watermark_unknown`` (the evidence cannot tell whether it has one).
 
 Every link is built from ``base``, the path the face is mounted at (``/watermark-ops``).
 """
@@ -20,7 +21,8 @@ from watermark_ops.render import signed_duration
 
 __all__ = ["checkpoint_page", "error_page", "overview_page", "watermark_chart_svg"]
 
-_STATE_CLASS = {"jumped": "bad", "stalled": "bad", "lagging": "warn", "idle": "info", "advancing": "good"}
+_STATE_CLASS = {"jumped": "bad", "stalled": "bad", "lagging": "warn", "idle": "info", "advancing": "good",
+                "no_watermark": "info", "watermark_unknown": "none"}
 _SEVERITY_CLASS = {"error": "bad", "warning": "warn", "info": "info"}
 _AUDIT_CLASS = {"violation": "bad", "unreadable": "warn", "ok": "good"}
 
@@ -121,11 +123,12 @@ _CHECKPOINT = """{% extends "layout" %}{% block body %}
 
 <h2>Rows dropped as late, per run</h2>
 {% set runs = d.runs[-runs_limit:] %}{% set first_run = d.runs|length - runs|length %}
-{% if d.runs %}{% if first_run %}<p class="muted" id="runs-note">Showing the newest {{ runs|length }} of {{ d.runs|length }} runs.</p>{% endif %}<table id="runs"><tr><th>run</th><th>tag</th><th>started (UTC)</th><th>batches</th><th>input rows</th><th>dropped by the watermark</th><th>drop rate</th></tr>
+{% if d.runs %}{% if first_run %}<p class="muted" id="runs-note">Showing the newest {{ runs|length }} of {{ d.runs|length }} runs.</p>{% endif %}<table id="runs"><tr><th>run</th><th>tag</th><th>started (UTC)</th><th>batches</th><th>input rows</th><th>dropped by the watermark (Spark)</th><th>late rows (ledger)</th><th>drop rate</th></tr>
 {% for run in runs %}<tr><td class="num">{{ first_run + loop.index }}</td><td><code>{{ run.run_tag or run.run_id[:8] }}</code></td><td>{{ iso(run.started_ms) or '-' }}</td>
 <td>{% if run.batch_ids %}{{ run.batch_ids[0] }}–{{ run.batch_ids[-1] }}{% else %}none{% endif %}</td>
-<td class="num">{{ run.input_rows }}</td><td class="num">{{ run.rows_dropped_by_watermark }}</td><td class="num">{{ percent(run.drop_rate) }}</td></tr>
-{% endfor %}</table><p class="muted">Spark's count (<code>numRowsDroppedByWatermark</code>): for an aggregation it counts late partial aggregates, not rows. From <code>{{ d.progress_log }}</code>.</p>
+<td class="num">{{ run.input_rows }}</td><td class="num">{{ run.rows_dropped_by_watermark }}</td><td class="num ledger">{{ run.ledger_rows_late if run.ledger_rows_late is not none else '—' }}</td><td class="num">{{ percent(run.drop_rate) }}</td></tr>
+{% endfor %}</table><p class="muted" id="runs-legend">Spark's count (<code>numRowsDroppedByWatermark</code>): for an aggregation it counts late partial aggregates, not rows. From <code>{{ d.progress_log }}</code>.
+{% if d.late_sink %}Late rows: every row the run's batches dropped, from the late-row ledger's sink <code>{{ d.late_sink }}</code> (<code>batch=N.jsonl</code>); — where a run's batches have no file.{% else %}Late rows: — (no late-row sink is known for this checkpoint).{% endif %}</p>
 {% else %}<p class="muted">No progress records in <code>{{ d.progress_log }}</code>.</p>{% endif %}
 
 <h2>Delay-threshold advice</h2>
@@ -179,8 +182,8 @@ def overview_page(rows: list[dict[str, Any]], *, base: str, roots: dict[str, str
         title="Watermarks", rows=rows, base=base, roots=roots, evaluated_at=evaluated_at)
 
 
-#: The newest runs the late-rows table lists, and the findings the findings table lists (errors
-#: first); the JSON has them all.
+#: The newest runs the late-rows table lists (``core.overview.DEFAULT_RUNS_LIMIT`` reads the ledger
+#: files of as many), and the findings the findings table lists (errors first); the JSON has them all.
 RUNS_LIMIT = 100
 FINDINGS_LIMIT = 200
 
@@ -188,7 +191,8 @@ FINDINGS_LIMIT = 200
 def checkpoint_page(detail: dict[str, Any], *, base: str, json_url: str, runs_limit: int = RUNS_LIMIT) -> str:
     """A checkpoint's page (:func:`watermark_ops.core.overview.checkpoint_detail`'s dict): head,
     state and reasons, the chart, the audit's findings with their files, late rows per run (the
-    newest ``runs_limit``), advice."""
+    newest ``runs_limit``: Spark's late-group count beside the late-row ledger's rows, "—"
+    without a sink), advice."""
     classification = detail.get("classification")
     return _environment().get_template("checkpoint").render(
         title=f"Watermark of {detail['name']}", d=detail, s=detail["status"], c=classification, base=base,

@@ -188,8 +188,9 @@ class WatermarkStallSensor(_WatermarkSensor):
     """Succeed while a checkpoint's watermark is healthy; fail when it is stalled, lagging, jumped or idle too long.
 
     One evaluation (:func:`watermark_ops.core.checks.check`, goal ``healthy``) per poke, in ``poke``,
-    ``reschedule`` or deferrable mode: healthy (``advancing``, or ``idle`` within ``max_idle``) →
-    success, the classification and evidence in XCom; ``jumped`` → fails at once (the watermark
+    ``reschedule`` or deferrable mode: healthy (``advancing``, ``idle`` within ``max_idle``, and the
+    states of a query without a watermark, ``no_watermark`` and ``watermark_unknown``, which never
+    alarm) → success, the classification and evidence in XCom; ``jumped`` → fails at once (the watermark
     never goes back); ``stalled``, ``lagging`` or idle too long → evaluated again every
     ``poke_interval`` while ``timeout`` lasts (a grace period for a stall to heal), then fails
     with :class:`WatermarkAlarm`. With the default ``timeout`` of 0 the first unhealthy evaluation

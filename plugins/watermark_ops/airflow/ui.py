@@ -36,7 +36,9 @@ from watermark_ops.core.roots import CheckpointRoots, PathRefused
 __all__ = ["create_app", "require_user"]
 
 #: A known checkpoint, as :func:`watermark_ops.examples.flights.watch.known_checkpoints` gives it:
-#: ``{"name", "checkpoint", "missing_ok", "thresholds", "dag_ids", "landings", "note"}``.
+#: ``{"name", "checkpoint", "missing_ok", "thresholds", "dag_ids", "landings", "note"}``, and
+#: optionally ``"late_sink"``: the late-row ledger's sink folder (``<output>_late``), whose rows
+#: the checkpoint page shows per run beside Spark's count.
 Known = dict[str, Any]
 
 
@@ -121,7 +123,7 @@ def create_app(roots: Callable[[], CheckpointRoots], known: Callable[[], list[Kn
         if limit is None:
             limit = DEFAULT_CHART_LIMIT if chart_limit is None else chart_limit
         return checkpoint_detail(location, _thresholds(entry), name=name, landings=entry.get("landings", ()),
-                                 chart_limit=max(0, limit))
+                                 chart_limit=max(0, limit), late_sink=entry.get("late_sink"))
 
     @app.get("/checkpoints/{root}/{path:path}", response_class=HTMLResponse)
     def checkpoint(request: Request, root: str, path: str, limit: int | None = None) -> Response:

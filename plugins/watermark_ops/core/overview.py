@@ -4,7 +4,8 @@
 audit's status and findings, the newest batch's time); :func:`sort_overview` puts problems
 first. :func:`checkpoint_detail` adds the chart's series (watermark and batch time over batch
 ids, the restart boundaries of the runs, the in-flight batch, the batches whose watermark went
-backwards), the rows Spark dropped as late per run, the audit's findings with the file each names,
+backwards), the rows Spark dropped as late per run (and the late-row ledger's rows, when its
+sink is known), the audit's findings with the file each names,
 and the delay-threshold advice of the landing folders. Both read only (the audit runs without
 memory: nothing is remembered, nothing is written) and return JSON-ready dicts, the same ones the
 web face serves as JSON and renders as HTML.
@@ -28,10 +29,12 @@ from watermark_ops.core.status import CheckpointStatus
 from watermark_ops.core.thresholds import Thresholds
 from watermark_ops.core.times import iso_utc, now_ms
 
-__all__ = ["DEFAULT_CHART_LIMIT", "checkpoint_detail", "empty_row", "overview_row", "sort_overview"]
+__all__ = ["DEFAULT_CHART_LIMIT", "DEFAULT_RUNS_LIMIT", "checkpoint_detail", "empty_row", "overview_row", "sort_overview"]
 
 #: The newest batches the chart and the batch table show (older ones are counted, not drawn).
 DEFAULT_CHART_LIMIT = 500
+#: The newest runs whose late-row ledger files are read (``render_html.RUNS_LIMIT`` lists as many).
+DEFAULT_RUNS_LIMIT = 100
 
 #: Overview order: lower first. Unreadable or violated, then alarms, then warnings, then the rest.
 _RANK_ERROR, _RANK_ALARM, _RANK_WARNING, _RANK_OK, _RANK_NOT_YET = 0, 1, 2, 3, 4
@@ -42,15 +45,18 @@ def _classify(checkpoint, thresholds: Thresholds, at_ms: int | None, progress=No
     audit read it), its records of the batches the checkpoint holds are used, as
     :func:`~watermark_ops.core.stall.classify_at` selects them from the log's end, without a
     second read; without it, ``classify_at`` reads the end of the log."""
-    from watermark_ops.core.stall import StallInputError, classify, classify_at
+    from watermark_ops.core.stall import StallInputError, classify, classify_at, state_metadata_of
 
     try:
         if progress is None or not checkpoint.batches:
             return classify_at(checkpoint, thresholds, at_ms), None
         first = checkpoint.batches[0].batch_id
         records = [r for r in progress.records if r["batch_id"] >= first]
+        # While the watermark is 0, the state operators' metadata is evidence of a watermark, as
+        # classify_at reads it (the same state as `watermark-ops status`).
+        state, state_problems = state_metadata_of(checkpoint)
         return classify(checkpoint, records, thresholds, now_ms() if at_ms is None else at_ms,
-                        list(progress.problems)), None
+                        list(progress.problems) + state_problems, state_metadata=state), None
     except StallInputError as exc:
         return None, str(exc)
 
@@ -76,8 +82,8 @@ def overview_row(location: str, thresholds: Thresholds, *, name: str | None = No
         "skew_warnings": [the classification's partition-skew warnings],
         "latest_batch_ms", "latest_batch_time", "error": str | None, "rank": int}``; ``rank``
         orders the overview (0 unreadable or violated, 1 alarm, 2 a warning (audit, partition
-        skew) or lagging, 3 healthy,
-        4 not run yet).
+        skew), lagging, or ``watermark_unknown`` (may be a stall the evidence cannot prove), 3
+        healthy (``no_watermark`` too), 4 not run yet).
     """
     row = empty_row(location, name)
     try:
@@ -123,7 +129,7 @@ def _row_of(row: dict[str, Any], checkpoint, thresholds: Thresholds, at_ms: int 
         row["rank"] = _RANK_ERROR
     elif row["alarm"]:
         row["rank"] = _RANK_ALARM
-    elif row["warnings"] or row["skew_warnings"] or row["state"] == "lagging":
+    elif row["warnings"] or row["skew_warnings"] or row["state"] in ("lagging", "watermark_unknown"):
         row["rank"] = _RANK_WARNING
     return row
 
@@ -190,9 +196,61 @@ def _chart(batches: Sequence[Any], runs: list[dict[str, Any]], regressed: set[in
     }
 
 
+def _ledger_rows(late_sink: str, runs: list[dict[str, Any]], limit: int, problems: list[str]) -> None:
+    """Set each run's ``ledger_rows_late``: the rows of ``<late_sink>/batch=<N>.jsonl`` over its
+    batch ids (the late-row ledger's sink, :func:`watermark_ops.core.ledger.write_late_rows`: one
+    JSON object per line, one file per batch that read landed files), for the newest ``limit``
+    runs only (the others keep None: nothing of theirs is read). None as well for a run none of
+    whose batches has a file. A file that cannot be read, or a line that is not a JSON object, is
+    a problem naming the file (its valid rows still count)."""
+    import json
+
+    from watermark_ops.core.checkpoint import open_storage
+
+    shown = runs[-limit:] if limit > 0 else runs
+    try:
+        storage, folder = open_storage(late_sink)
+    except Exception as exc:  # noqa: BLE001 - a bad sink location is named, the page still renders
+        problems.append(f"late-row sink {late_sink} cannot be opened: {exc!r}")
+        return
+    paths = {batch_id: f"{folder}/batch={batch_id}.jsonl" for run in shown for batch_id in run["batch_ids"]}
+    content = storage.read(list(paths.values()))
+    found = 0
+    for run in shown:
+        total = None
+        for batch_id in run["batch_ids"]:
+            raw = content(paths[batch_id])
+            if isinstance(raw, FileNotFoundError):
+                continue
+            file = storage.display(paths[batch_id])
+            if isinstance(raw, Exception):
+                problems.append(f"late-row sink file {file} cannot be read: {raw!r}")
+                continue
+            found += 1
+            rows = bad = 0
+            for line in raw.splitlines():
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    row = None
+                if isinstance(row, dict):
+                    rows += 1
+                else:
+                    bad += 1
+            if bad:
+                problems.append(f"late-row sink file {file}: {bad} line(s) are not a JSON object (not counted)")
+            total = (total or 0) + rows
+        run["ledger_rows_late"] = total
+    if paths and not found:
+        problems.append(f"late-row sink {late_sink}: no batch=<N>.jsonl for the batches of the runs shown")
+
+
 def checkpoint_detail(location: str, thresholds: Thresholds, *, name: str | None = None,
                       landings: Iterable[str] = (), at_ms: int | None = None,
-                      chart_limit: int = DEFAULT_CHART_LIMIT) -> dict[str, Any]:
+                      chart_limit: int = DEFAULT_CHART_LIMIT, late_sink: str | None = None,
+                      runs_limit: int = DEFAULT_RUNS_LIMIT) -> dict[str, Any]:
     """Everything the checkpoint page shows, read now (the whole offset and commit logs, the
     progress log, the landing folders).
 
@@ -201,14 +259,19 @@ def checkpoint_detail(location: str, thresholds: Thresholds, *, name: str | None
     :param landings: landing folders of its inputs, for the delay-threshold advice (may be empty).
     :param at_ms: the evaluation instant (epoch ms UTC), default now.
     :param chart_limit: the newest batches drawn and listed (0: all).
+    :param late_sink: the folder the late-row ledger wrote this checkpoint's late rows to
+        (``<output>_late``, :func:`watermark_ops.core.ledger.write_late_rows`), None when unknown:
+        each run then also gets ``ledger_rows_late``, the rows of its batches' ``batch=<N>.jsonl``
+        (None when unknown or without a file), beside Spark's late-group count.
+    :param runs_limit: the newest runs whose ledger files are read (the page lists as many).
     :return: ``{"name", "location", "evaluated_at_ms", "evaluated_at", "row": overview row fields
         (see :func:`overview_row`), "status": CheckpointStatus.to_dict(), "classification":
         Classification.to_dict() | None, "audit": {"status", "findings": [{"rule", "severity",
         "batch_id", "file", "message"}]}, "chart": {"total", "shown", "limit",
         "first_shown_batch_id", "points": [{"batch_id", "watermark_ms", "timestamp_ms",
         "next_watermark_ms", "committed", "regressed", "run_start"}], "restarts": [{"batch_id",
-        "run", "run_tag", "run_id"}]}, "runs": [RunDrops.to_dict()], "advice": [LandedLateness
-        summaries], "problems": [str]}``.
+        "run", "run_tag", "run_id"}]}, "runs": [RunDrops.to_dict() + {"ledger_rows_late": int |
+        None}], "late_sink": str | None, "advice": [LandedLateness summaries], "problems": [str]}``.
     """
     at = now_ms() if at_ms is None else at_ms
     problems: list[str] = []
@@ -223,8 +286,12 @@ def checkpoint_detail(location: str, thresholds: Thresholds, *, name: str | None
         problems.append(f"no stall classification: {why_not}")
     problems.extend(_problem_text(p) for p in checkpoint.problems)
     runs = _runs(progress, checkpoint.query_id) if progress is not None else []
+    for run in runs:
+        run["ledger_rows_late"] = None
     if progress is not None:
         problems.extend(progress.problems)
+    if late_sink:
+        _ledger_rows(late_sink, runs, runs_limit, problems)
     regressed = {f.batch_id for f in report.findings if f.rule == "watermark_regressed" and f.batch_id is not None}
     advice = []
     for landing in landings:
@@ -245,6 +312,7 @@ def checkpoint_detail(location: str, thresholds: Thresholds, *, name: str | None
                   "findings": [f.to_dict() for f in sorted(report.findings, key=lambda f: order[f.severity])]},
         "chart": _chart(report.batches, runs, regressed, chart_limit),
         "runs": runs,
+        "late_sink": late_sink or None,
         "progress_log": progress_log_path(checkpoint.location),
         "advice": [a for a in advice if a is not None],
         "problems": problems,

@@ -92,6 +92,37 @@ batch read may have happened earlier; that batch's inputs come from the progress
 unknown (as after Spark's purge). An ``at`` before the oldest batch read widens the read until
 enough batches at or before ``at`` are in (a past instant may read more; a poke at now never does).
 
+Queries without a watermark: ``no_watermark`` and ``watermark_unknown``
+-----------------------------------------------------------------------
+A query without ``withWatermark`` (a ``dropDuplicates`` or ``limit`` of another team, a plain
+filter) also writes ``batchWatermarkMs`` 0 into every offsets file and ``nextBatchWatermarkMs`` 0
+into every commit: its input arrives and "the watermark" never moves, exactly as for a
+watermarked query whose event times are all null (whose event-time statistics Spark 4.2 reports
+as 1970-01-01T00:00:00Z, 0 ms: seen on real runs). Only while the current watermark is 0 (it never goes back, so it was
+never set) the classification asks the evidence whether the query has a watermark at all
+(:func:`watermark_evidence`, in ``Classification.watermark_evidence``), never the number of batches:
+
+* it has one when the offset or commit log holds a watermark above 0; when a progress record of
+  the batches read carries Spark's ``eventTime.watermark`` or event-time statistics (the
+  progress log's ``watermark_ms``, ``event_time_min_ms``/``max_ms`` not null: Spark reports them
+  only for a plan with an ``EventTimeWatermark``, ``ProgressReporter``); when a stateful
+  operator is ``dedupeWithinWatermark``; or when a state schema column carries
+  ``spark.watermarkDelayMs`` (a window or event-time column of the state key,
+  :func:`watermark_ops.core.checkpoint.read_state_metadata`). Then the five states above apply
+  unchanged: null event times still make ``stalled``.
+* it has none when the progress records of the batches read (executed batches of this query)
+  all record ``watermark_ms`` null and no event time, and nothing above says otherwise: state
+  ``no_watermark``, no alarm (there is no watermark to stall, lag or jump; the audit still
+  checks the logs).
+* otherwise the evidence cannot tell (no progress log, or records without the fields; a
+  stateless query, no ``state/``; a ``dedupe`` whose state keys hold no event-time column, which
+  a ``dropDuplicates("id")`` after ``withWatermark`` also writes): once a committed data batch
+  left the watermark at 0 the state is ``watermark_unknown``, no alarm, and the reason says
+  "cannot tell whether this query has a watermark: ..." with what was looked at.
+
+Idleness is still reported in both states' reasons (``applies`` includes ``idle``) but raises no
+alarm: the stall classification is about a watermark, and these queries have none it can judge.
+
 Public API
 ----------
 ``read_recent(location, thresholds, at_ms=...)`` (the bounded read),
@@ -107,7 +138,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from watermark_ops.core.checkpoint import Checkpoint, read_checkpoint
+from watermark_ops.core.checkpoint import Checkpoint, StateMetadata, read_checkpoint, read_state_metadata
 from watermark_ops.core.facts import BatchFacts, batch_facts, inputs_evidence, last_move, progress_by_batch
 from watermark_ops.core.partition_skew import PartitionSkew, partition_skew
 from watermark_ops.core.progress import TAIL_MAX_BYTES, progress_log_path, read_progress_tail
@@ -121,10 +152,12 @@ __all__ = [
     "IDLE",
     "JUMPED",
     "LAGGING",
+    "NO_WATERMARK",
     "POLICY_CONF",
     "RECENT_BATCHES",
     "STALLED",
     "STATES",
+    "WATERMARK_UNKNOWN",
     "BatchFacts",
     "CheckpointMissing",
     "Classification",
@@ -133,12 +166,19 @@ __all__ = [
     "classify_at",
     "evaluate",
     "read_recent",
+    "needs_state_metadata",
     "recent_batches",
+    "state_metadata_of",
+    "watermark_evidence",
 ]
 
 JUMPED, STALLED, LAGGING, IDLE, ADVANCING = "jumped", "stalled", "lagging", "idle", "advancing"
-#: The five states in precedence order: the first that applies is reported.
-STATES = (JUMPED, STALLED, LAGGING, IDLE, ADVANCING)
+#: A query without an event-time watermark (proven), and one that may or may not have one (the
+#: evidence cannot tell): see "Queries without a watermark" in the module docstring.
+NO_WATERMARK, WATERMARK_UNKNOWN = "no_watermark", "watermark_unknown"
+#: The states: the five of a watermarked query in precedence order (the first that applies is
+#: reported), then the two that replace them when the watermark was never set (never alarms).
+STATES = (JUMPED, STALLED, LAGGING, IDLE, ADVANCING, NO_WATERMARK, WATERMARK_UNKNOWN)
 #: The offsets ``conf`` key of the multiple-watermark policy (``min`` | ``max``).
 POLICY_CONF = "spark.sql.streaming.multipleWatermarkPolicy"
 #: The newest batches the bounded read holds at least (:func:`recent_batches`): Spark's own
@@ -173,7 +213,8 @@ class Classification:
     """The state of a checkpoint's watermark at an instant, with its evidence (epoch ms UTC).
 
     :ivar state: one of :data:`STATES`.
-    :ivar alarm: True for ``jumped``, ``stalled``, ``lagging`` and idleness past ``max_idle``.
+    :ivar alarm: True for ``jumped``, ``stalled``, ``lagging`` and idleness past ``max_idle``; never
+        for ``no_watermark`` and ``watermark_unknown``.
     :ivar applies: every state whose condition holds, in precedence order (``state`` is the first;
         ``advancing`` only when nothing else holds).
     :ivar reasons: one sentence per condition that holds (and why ``advancing`` when nothing does).
@@ -208,6 +249,11 @@ class Classification:
         None when the job records no per-partition event times.
     :ivar warnings: one sentence per partition trailing the leader by more than
         ``max_partition_skew``; warnings change neither ``state`` nor ``alarm``.
+    :ivar watermark_evidence: whether the query has an event-time watermark
+        (:func:`watermark_evidence`): ``{"has_watermark": True | False | None (cannot tell),
+        "source": "checkpoint_logs" | "progress_log" | "state_metadata" | None, "evidence":
+        [sentences], "state_operators": [StateOperator.to_dict()] | None (state not read)}``;
+        None without batches.
     """
 
     location: str
@@ -235,6 +281,7 @@ class Classification:
     history: dict[str, Any] | None = None
     partition_skew: PartitionSkew | None = None
     warnings: tuple[str, ...] = ()
+    watermark_evidence: dict[str, Any] | None = None
 
     @property
     def healthy(self) -> bool:
@@ -273,6 +320,7 @@ class Classification:
             "history": self.history,
             "partition_skew": self.partition_skew.to_dict() if self.partition_skew else None,
             "warnings": list(self.warnings),
+            "watermark_evidence": self.watermark_evidence,
         }
 
     def summary(self) -> str:
@@ -297,6 +345,13 @@ def _stall_hints(flat: Sequence[BatchFacts], n_inputs: int, policy: str | None) 
             f"no event time was observed in the {total} input rows of these batches: the event-time column is "
             f"null (or filtered out before withWatermark) for every new row"
         )
+    elif rows and all(b.event_time_max_ms is None or b.event_time_max_ms <= 0 for b in rows):
+        total = sum(b.input_rows or 0 for b in rows)
+        hints.append(
+            f"the newest event time Spark observed in the {total} input rows of these batches is "
+            f"1970-01-01T00:00:00Z (0), what Spark reports for rows whose event time is null: the event-time "
+            f"column is null for every new row"
+        )
     known = [b for b in flat if b.inputs_advanced is not None]
     if n_inputs >= 2 and known and (policy or "min") == "min":
         seen = set().union(*(b.inputs_advanced for b in known))
@@ -320,6 +375,71 @@ def _stall_hints(flat: Sequence[BatchFacts], n_inputs: int, policy: str | None) 
         hints.append("input arrived but the watermark did not move: the new rows' event times may all be older "
                      "than the current watermark plus the delay threshold (late or replayed data)")
     return hints
+
+
+def watermark_evidence(watermark_ms: int | None, progress: dict[int, dict[str, Any]],
+                       state: StateMetadata | None) -> dict[str, Any]:
+    """Whether the query has an event-time watermark, from its own evidence (see "Queries without
+    a watermark" in the module docstring); never from the number of batches.
+
+    :param watermark_ms: the current watermark (epoch ms UTC); above 0 proves a watermark.
+    :param progress: the progress records of the batches read, by batch id (executed batches of
+        this query, :func:`watermark_ops.core.facts.progress_by_batch`).
+    :param state: the state operators' metadata (:func:`watermark_ops.core.checkpoint.read_state_metadata`),
+        None when not read.
+    :return: ``{"has_watermark": True | False | None, "source": "checkpoint_logs" | "progress_log" |
+        "state_metadata" | None, "evidence": [sentences: what proves it, or why it cannot be told],
+        "state_operators": [StateOperator.to_dict()] | None}``.
+    """
+    operators = None if state is None else [op.to_dict() for op in state.operators]
+
+    def result(has: bool | None, source: str | None, evidence: list[str]) -> dict[str, Any]:
+        return {"has_watermark": has, "source": source, "evidence": evidence, "state_operators": operators}
+
+    if watermark_ms is not None and watermark_ms > 0:
+        return result(True, "checkpoint_logs", [f"the offset and commit logs hold the watermark {iso_utc(watermark_ms)}"])
+    records = [progress[k] for k in sorted(progress)]
+    stats = [r for r in records if any(r.get(k) is not None for k in ("watermark_ms", "event_time_min_ms", "event_time_max_ms"))]
+    if stats:
+        r = stats[-1]
+        return result(True, "progress_log", [
+            f"Spark reported an event-time watermark ({iso_utc(r.get('watermark_ms')) or 'none'}) and event times "
+            f"({iso_utc(r.get('event_time_min_ms')) or 'none'}..{iso_utc(r.get('event_time_max_ms')) or 'none'}) in the "
+            f"progress of batch {r['batch_id']}: it reports eventTime only for a plan with withWatermark"])
+    if state is not None:
+        within = [op for op in state.operators if op.name == "dedupeWithinWatermark"]
+        if within:
+            return result(True, "state_metadata", [
+                f"state operator {within[0].operator_id} is dedupeWithinWatermark ({within[0].metadata_file}), "
+                f"which Spark allows only with a watermark"])
+        columns = state.watermark_columns
+        if columns:
+            c = columns[0]
+            name = next((op.name for op in state.operators if op.operator_id == c["operator_id"]), None)
+            return result(True, "state_metadata", [
+                f"state operator {c['operator_id']} ({name or 'unnamed'}) keeps the event-time column {c['column']!r} in "
+                f"its state {c['key_or_value']} with spark.watermarkDelayMs {c['delay_ms']} ({c['file']})"])
+    recorded = [r for r in records if "watermark_ms" in r]
+    if recorded:
+        ids = [r["batch_id"] for r in recorded]
+        rows = sum(int(r.get("input_rows") or 0) for r in recorded)
+        return result(False, "progress_log", [
+            f"Spark's progress of the {len(recorded)} batch(es) read ({ids[0]}..{ids[-1]}, {rows} input rows) reports "
+            f"no event-time watermark and no event time: it reports eventTime.watermark for every batch of a plan "
+            f"with withWatermark (ProgressReporter)"])
+    why = ["no progress-log record of the batches read carries Spark's eventTime" if records
+           else "no progress-log record of the batches read (no progress log, or not this query's)"]
+    if state is None:
+        why.append("the state metadata was not read")
+    elif not state.has_state_folder:
+        why.append("the checkpoint has no state/ folder (a stateless query keeps no state metadata to tell by)")
+    elif not any(op.name for op in state.operators):
+        why.append("state/ holds no readable operator metadata (Spark writes it since 3.5)")
+    else:
+        names = ", ".join(f"{op.operator_id}: {op.name}" for op in state.operators if op.name)
+        why.append(f"the state operators ({names}) keep no event-time column in their state schema: a query "
+                   f"without withWatermark writes the same metadata as one whose watermark column is not a state key")
+    return result(None, None, why)
 
 
 def _check_readable(checkpoint: Checkpoint) -> None:
@@ -424,7 +544,7 @@ def _history(checkpoint: Checkpoint, facts: Sequence[BatchFacts]) -> dict[str, A
 
 def classify(checkpoint: Checkpoint, progress_records: Iterable[dict[str, Any]] = (),
              thresholds: Thresholds = DEFAULT_THRESHOLDS, at_ms: int | None = None,
-             extra_problems: Iterable[str] = ()) -> Classification:
+             extra_problems: Iterable[str] = (), state_metadata: StateMetadata | None = None) -> Classification:
     """Classify the watermark of an already read checkpoint at ``at_ms`` (see the module docstring).
 
     :param checkpoint: from :func:`watermark_ops.core.checkpoint.read_checkpoint`.
@@ -433,6 +553,9 @@ def classify(checkpoint: Checkpoint, progress_records: Iterable[dict[str, Any]] 
     :param thresholds: :class:`Thresholds`.
     :param at_ms: the evaluation instant, epoch ms UTC (default now).
     :param extra_problems: messages to carry into ``problems`` (e.g. bad progress-log lines).
+    :param state_metadata: the state operators' metadata (:func:`read_state_metadata`), evidence of
+        a watermark while the watermark is 0 (:func:`watermark_evidence`); None: not read (the
+        readers, :func:`classify_at` and :func:`evaluate`, read it when :func:`needs_state_metadata`).
     :return: a :class:`Classification`.
     :raises CheckpointMissing: no checkpoint folder at the location.
     :raises StallInputError: not a checkpoint, or the head batch's offsets cannot be read.
@@ -469,6 +592,35 @@ def classify(checkpoint: Checkpoint, progress_records: Iterable[dict[str, Any]] 
     reasons: list[str] = []
     hints: list[str] = []
     jump = None
+    evidence = watermark_evidence(watermark, by_batch, state_metadata)
+    partitions = partition_skew((by_batch[k] for k in sorted(by_batch)), watermark_ms=watermark,
+                                max_partition_skew_ms=_ms(t.max_partition_skew))
+    common = dict(watermark_ms=watermark, emitted_through_ms=emitted_through, lag_ms=lag, skew_ms=skew, idle_ms=idle,
+                  latest_batch=head, latest_data_batch=latest_data, last_move=move, flat_data_batches=flat,
+                  inputs=inputs_evidence(facts, by_batch), policy=policy, partition_skew=partitions,
+                  warnings=tuple(partitions.warnings()) if partitions else (), watermark_evidence=evidence, **base)
+    has = evidence["has_watermark"]
+    if watermark == 0 and (has is False or (has is None and flat)):
+        # See "Queries without a watermark" in the module docstring: a state of its own, never an alarm.
+        state = NO_WATERMARK if has is False else WATERMARK_UNKNOWN
+        batches = (f"input arrived in {len(flat)} committed data batch(es) ({flat[0].batch_id}..{flat[-1].batch_id})"
+                   if flat else "no committed data batch yet")
+        if state == NO_WATERMARK:
+            reasons.append(f"no_watermark: the query has no event-time watermark ({evidence['evidence'][0]}); "
+                           f"{batches} and the watermark stays at 0 as Spark writes it for such a query: nothing to "
+                           f"stall, lag or jump, not an alarm (the audit still checks the offset and commit logs)")
+        else:
+            reasons.append(f"watermark_unknown: cannot tell whether this query has a watermark: "
+                           f"{'; '.join(evidence['evidence'])}. {batches[0].upper() + batches[1:]} and the watermark "
+                           f"stayed at 0 (never set): with a watermark that is a stall (event times null for every "
+                           f"row, or an input without data under 'min'), without one it is normal; not an alarm")
+        applies.append(state)
+        if latest_data is None or idle > _ms(t.idle_after):
+            applies.append(IDLE)
+            reasons.append(_idle(facts, latest_data, idle, t.max_idle is not None and idle > _ms(t.max_idle),
+                                 empty_triggers, t, scope))
+        return Classification(state=state, alarm=False, applies=tuple(applies), reasons=tuple(reasons),
+                              hints=tuple(hints), **common)
 
     if t.max_skew is not None and skew > _ms(t.max_skew):
         applies.append(JUMPED)
@@ -496,20 +648,34 @@ def classify(checkpoint: Checkpoint, progress_records: Iterable[dict[str, Any]] 
 
     state = applies[0] if applies else ADVANCING
     alarm = state in (JUMPED, STALLED, LAGGING) or idle_too_long
-    # Evidence and a warning only: see "Partition skew: a warning, not a state" above.
-    partitions = partition_skew((by_batch[k] for k in sorted(by_batch)), watermark_ms=watermark,
-                                max_partition_skew_ms=_ms(t.max_partition_skew))
-    return Classification(
-        state=state, alarm=alarm, applies=tuple(applies) or (ADVANCING,), reasons=tuple(reasons), hints=tuple(hints),
-        watermark_ms=watermark, emitted_through_ms=emitted_through, lag_ms=lag, skew_ms=skew, idle_ms=idle,
-        latest_batch=head, latest_data_batch=latest_data, last_move=move, flat_data_batches=flat, jump=jump,
-        inputs=inputs_evidence(facts, by_batch), policy=policy, partition_skew=partitions,
-        warnings=tuple(partitions.warnings()) if partitions else (), **base,
-    )
+    # Partition skew is evidence and a warning only: see "Partition skew: a warning, not a state" above.
+    return Classification(state=state, alarm=alarm, applies=tuple(applies) or (ADVANCING,), reasons=tuple(reasons),
+                          hints=tuple(hints), jump=jump, **common)
+
+
+def needs_state_metadata(checkpoint: Checkpoint) -> bool:
+    """True when the watermark the next batch starts from is 0 (never set): only then does
+    :func:`classify` look at the state operators' metadata (:func:`watermark_evidence`)."""
+    return checkpoint.next_watermark_ms == 0
+
+
+def state_metadata_of(checkpoint: Checkpoint, location: Any = None,
+                      storage_options: dict[str, Any] | None = None) -> tuple[StateMetadata | None, list[str]]:
+    """The state operators' metadata when :func:`needs_state_metadata`, else None; and its problems
+    as messages (``"<kind>: <file>: <message>"``). Read from ``location`` (default the
+    checkpoint's own location) with :func:`watermark_ops.core.checkpoint.read_state_metadata`."""
+    if not needs_state_metadata(checkpoint):
+        return None, []
+    try:
+        state = read_state_metadata(checkpoint.location if location is None else location,
+                                    storage_options=storage_options)
+    except Exception as exc:  # noqa: BLE001 - evidence missing, not a failed classification
+        return None, [f"state metadata of {checkpoint.location} cannot be read: {exc!r}"]
+    return state, [f"{p.kind}: {p.file}: {p.message}" for p in state.problems]
 
 
 def classify_at(checkpoint: Checkpoint, thresholds: Thresholds = DEFAULT_THRESHOLDS, at_ms: int | None = None,
-                progress_log: str | None = None) -> Classification:
+                progress_log: str | None = None, *, storage_options: dict[str, Any] | None = None) -> Classification:
     """:func:`classify` with the job's progress log read first: only its end, the records of the
     batches the checkpoint holds (:func:`watermark_ops.core.progress.read_progress_tail`, from
     the oldest batch read; at most :data:`watermark_ops.core.progress.TAIL_MAX_BYTES`).
@@ -522,6 +688,8 @@ def classify_at(checkpoint: Checkpoint, thresholds: Thresholds = DEFAULT_THRESHO
         is not "after the evaluation instant").
     :param progress_log: the log's location; default beside the checkpoint,
         ``<checkpoint>.progress.jsonl`` (:func:`watermark_ops.core.progress.progress_log_path`).
+    :param storage_options: fsspec options to read the state metadata with (only while the
+        watermark is 0, :func:`state_metadata_of`).
     :raises CheckpointMissing: / :raises StallInputError: see :func:`classify`.
     """
     path = progress_log or progress_log_path(checkpoint.location)
@@ -536,7 +704,9 @@ def classify_at(checkpoint: Checkpoint, thresholds: Thresholds = DEFAULT_THRESHO
                              f"{TAIL_MAX_BYTES} bytes): records of the oldest batches read may be missing")
         except OSError as exc:
             extra.append(f"progress log {path} cannot be read: {exc!r}")
-    return classify(checkpoint, records, thresholds, now_ms() if at_ms is None else at_ms, extra)
+    state, state_problems = state_metadata_of(checkpoint, storage_options=storage_options)
+    return classify(checkpoint, records, thresholds, now_ms() if at_ms is None else at_ms, extra + state_problems,
+                    state_metadata=state)
 
 
 def recent_batches(thresholds: Thresholds = DEFAULT_THRESHOLDS) -> int:
@@ -593,5 +763,7 @@ def evaluate(location: Any, thresholds: Thresholds = DEFAULT_THRESHOLDS, *, at: 
     at_ms = None if at is None else instant_ms(at)
     checkpoint = read_recent(location, thresholds, at_ms=at_ms, storage_options=storage_options)
     if with_progress_log and isinstance(location, str):
-        return classify_at(checkpoint, thresholds, at_ms, progress_log_path(location))
-    return classify(checkpoint, (), thresholds, now_ms() if at_ms is None else at_ms)
+        return classify_at(checkpoint, thresholds, at_ms, progress_log_path(location), storage_options=storage_options)
+    state, state_problems = state_metadata_of(checkpoint, location, storage_options)
+    return classify(checkpoint, (), thresholds, now_ms() if at_ms is None else at_ms, state_problems,
+                    state_metadata=state)

@@ -261,3 +261,74 @@ def test_bad_checkpoint_roots_are_named_on_the_page(client, monkeypatch):
     reply = client.get("/watermark-ops/")
     assert reply.status_code == 200 and "checkpoint_roots" in reply.text
     assert client.get("/watermark-ops/checkpoints/test/real").status_code == 200  # an error page, not a 500
+
+
+# --------------------------------------------------------------------------------------------
+# Late rows per run: Spark's late-group count beside the late-row ledger's rows
+
+
+def _ledger_cells(page: str) -> list[str]:
+    table = re.search(r'<table id="runs">.*?</table>', page, re.S).group(0)
+    return re.findall(r'<td class="num ledger">([^<]*)</td>', table)
+
+
+def test_late_rows_per_run_show_the_ledger_beside_spark(client, ui, spark, monkeypatch, tmp_path):
+    """The ledger sink written by ``reconcile_run`` on the shared real checkpoint; the known
+    checkpoint's ``late_sink`` names it (set here on the entry the monitor config gives)."""
+    import watermark_ops.examples.flights.watch as watch
+    from tests.watermark_ops import checkpoint_fixtures as cf
+    from watermark_ops.core.ledger import reconcile_run
+
+    history = cf.restart_history(spark)
+    real, sink = ui.root / "real", tmp_path / "output_late"
+    # Without a sink: every run's ledger cell is "—", and the page says why.
+    page = client.get("/watermark-ops/checkpoints/test/real").text
+    runs = client.get("/watermark-ops/api/checkpoints/test/real").json()["runs"]
+    assert _ledger_cells(page) == ["—"] * len(runs) and len(runs) == 5
+    assert all(run["ledger_rows_late"] is None for run in runs)
+    assert "no late-row sink is known for this checkpoint" in page
+
+    # The flights_pipeline's late_ledger task does this after each run (all runs here: no run tag).
+    result = reconcile_run(str(real), None, quarantine_checkpoint=str(history.checkpoint) + "_quarantine",
+                           sink=str(sink))
+    assert result["complete"] and result["sink_files"]
+    original = watch.known_checkpoints
+    monkeypatch.setattr(watch, "known_checkpoints", lambda *a, **k: [
+        dict(entry, late_sink=str(sink)) if entry.get("checkpoint") == str(real) else entry
+        for entry in original(*a, **k)])
+    data = client.get("/watermark-ops/api/checkpoints/test/real").json()
+    assert data["late_sink"] == str(sink)
+    files = {int(p.name.removeprefix("batch=").removesuffix(".jsonl")): len(p.read_text().splitlines())
+             for p in sink.glob("batch=*.jsonl")}
+    assert sum(files.values()) == result["rows_late"]
+    expected = [sum(files[b] for b in run["batch_ids"] if b in files) if any(b in files for b in run["batch_ids"])
+                else None for run in data["runs"]]
+    assert [run["ledger_rows_late"] for run in data["runs"]] == expected
+    assert expected[3] is None and all(n is not None for i, n in enumerate(expected) if i != 3)  # run 4: no new data
+    spark_counts = [run["rows_dropped_by_watermark"] for run in data["runs"]]
+    assert spark_counts == [sum(b.get("rows_dropped_by_watermark") or 0 for b in run["batches"] if b.get("executed", True))
+                            for run in history.runs]
+    page = client.get("/watermark-ops/checkpoints/test/real").text
+    assert _ledger_cells(page) == [str(n) if n is not None else "—" for n in expected]
+    assert f"from the late-row ledger's sink <code>{sink}</code>" in page
+    print("ledger rows per run", expected, "spark late groups per run", spark_counts)
+
+
+def test_the_ledger_is_read_for_the_runs_shown_only(ui, spark, tmp_path):
+    from tests.watermark_ops import checkpoint_fixtures as cf
+    from watermark_ops.core.ledger import reconcile_run
+    from watermark_ops.core.overview import checkpoint_detail
+    from watermark_ops.core.thresholds import Thresholds
+
+    history = cf.restart_history(spark)
+    sink = tmp_path / "late"
+    reconcile_run(str(ui.root / "real"), None, quarantine_checkpoint=str(history.checkpoint) + "_quarantine",
+                  sink=str(sink))
+    newest = checkpoint_detail(str(ui.root / "real"), Thresholds(), late_sink=str(sink), runs_limit=1)["runs"]
+    whole = checkpoint_detail(str(ui.root / "real"), Thresholds(), late_sink=str(sink))["runs"]
+    assert [r["ledger_rows_late"] for r in newest] == [None] * 4 + [whole[-1]["ledger_rows_late"]]
+    assert whole[-1]["ledger_rows_late"] is not None
+    # A missing sink is named, never a failure.
+    detail = checkpoint_detail(str(ui.root / "real"), Thresholds(), late_sink=str(tmp_path / "nowhere"))
+    assert all(r["ledger_rows_late"] is None for r in detail["runs"])
+    assert any("no batch=<N>.jsonl" in p and "nowhere" in p for p in detail["problems"])
