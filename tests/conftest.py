@@ -68,3 +68,11 @@ def airflow_db():
 
     resetdb()
     yield os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory):
+    """The package's wheel, built once per test session (:func:`tests.packaging_fixtures.build_wheel`)."""
+    from tests.packaging_fixtures import build_wheel
+
+    return build_wheel(tmp_path_factory.mktemp("wheel"))

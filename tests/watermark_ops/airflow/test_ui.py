@@ -157,7 +157,7 @@ def test_overview_page_shows_states_and_errors_on_their_rows(client, ui):
 def test_a_broken_monitor_config_is_a_row_not_a_500(client, ui, monkeypatch, tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    monkeypatch.setenv("WATERMARK_OPS_MONITOR_CONFIG", str(bad))
+    monkeypatch.setenv("AIRFLOW__WATERMARK_OPS__MONITOR_CONFIG", str(bad))
     reply = client.get("/watermark-ops/")
     assert reply.status_code == 200
     assert "cannot read the monitor config" in reply.text and str(bad) in reply.text
@@ -228,9 +228,12 @@ def test_ten_thousand_batches_draw_the_newest_500_and_say_so(client):
 
 
 def test_a_dag_link_leads_to_its_checkpoint_or_the_overview(client, ui, monkeypatch):
+    from watermark_ops.examples.flights.settings import job_locations
+
     config = json.loads(ui.config.read_text())
-    config["checkpoints"].append({"job": "flight_windows"})
-    monkeypatch.setenv("WATERMARK_OPS_MONITOR_CONFIG", str(ui.config.with_name("with_job.json")))
+    config["checkpoints"].append({"checkpoint": job_locations("flight_windows")["checkpoint"],
+                                  "dag_ids": ["flights_pipeline"]})
+    monkeypatch.setenv("AIRFLOW__WATERMARK_OPS__MONITOR_CONFIG", str(ui.config.with_name("with_job.json")))
     ui.config.with_name("with_job.json").write_text(json.dumps(config))
     reply = client.get("/watermark-ops/dags/flights_pipeline?task_id=flight_windows", follow_redirects=False)
     assert reply.status_code == 307 and reply.headers["location"] == "/watermark-ops/checkpoints/runtime/flight_windows"
