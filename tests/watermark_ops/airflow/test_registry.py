@@ -11,7 +11,7 @@ import pytest
 
 from tests.watermark_ops import checkpoint_fixtures as cf
 from tests.watermark_ops import stall_fixtures as sf
-from tests.watermark_ops.airflow.registry_fixtures import audit_dag, clear_registry, registry_rows, set_registry_value
+from tests.watermark_ops.airflow.registry_fixtures import START, audit_dag, clear_registry, registry_rows, set_registry_value
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -157,3 +157,31 @@ def test_bad_entries_name_the_option_and_the_entry(text, match):
 
     with pytest.raises(ValueError, match=rf"^opt: {match}"):
         parse_entries(text, "opt")
+
+
+def test_a_task_of_ones_own_registers_landings_and_the_late_sink(airflow_db, no_config, tmp_path):
+    """What a DAG's own task (e.g. a run pattern) does: the registry as inlet, one call."""
+    from airflow.sdk import DAG, Asset, get_current_context, task
+
+    from watermark_ops.airflow.registry import CHECKPOINT_REGISTRY, known_checkpoints, register_checkpoint, server_registry
+
+    clear_registry()
+    checkpoint, landing, late = (str(tmp_path / name) for name in ("cp", "landing", "late"))
+    days = Asset(name="wo_registry_days")
+
+    with DAG("wo_registry_own_task", schedule=None, start_date=START) as dag:
+        @task(inlets=[CHECKPOINT_REGISTRY], outlets=[days])
+        def run_job():
+            return register_checkpoint(get_current_context(), checkpoint, landings=[landing], late_sink=late, asset=days)
+
+        run_job()
+
+    run = sf.run_dag(dag)
+    assert sf.xcoms(run)[("run_job", -1, "return_value")] is True
+    records, problems = server_registry()
+    assert problems == []
+    (known,) = known_checkpoints(records, [])
+    assert (known["checkpoint"], known["dag_ids"], known["landings"], known["late_sink"]) == (
+        checkpoint, ["wo_registry_own_task"], [landing], late)
+    assert known["assets"] == [{"name": "wo_registry_days", "uri": "wo_registry_days"}]
+    assert known["tasks"] == [{"dag_id": "wo_registry_own_task", "task_id": "run_job", "operator": "_PythonDecoratedOperator"}]
