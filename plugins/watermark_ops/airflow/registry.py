@@ -62,8 +62,6 @@ log = logging.getLogger(__name__)
 CHECKPOINT_REGISTRY = Asset(name="watermark_ops_checkpoints", uri="watermark-ops://checkpoints")
 INDEX_KEY = "index"
 RECORD_PREFIX = "checkpoint:"
-#: Operators whose thresholds define a checkpoint's health (the monitor's, unless configured).
-_HEALTH_OPERATORS = ("WatermarkStallSensor",)
 
 
 def record_key(location: str) -> str:
@@ -101,7 +99,8 @@ def register_checkpoint(context: Any, checkpoint: str, *, landings: Iterable[str
     :param landings: the landing folders of its inputs (for the UI's delay-threshold advice).
     :param late_sink: where its late-row ledger is written.
     :param asset: the asset the task uses for it (its memory, completeness or partitions).
-    :param thresholds: a ``Thresholds`` that defines its health (a stall sensor's), or None.
+    :param thresholds: a ``Thresholds`` that defines its health (a stall sensor's; a sensor waiting
+        for a target gives none), or None.
     :return: True when something was written; False when nothing changed or the registry failed
         (logged as a warning; never raises).
     """
@@ -249,7 +248,7 @@ def known_checkpoints(registered: list[dict[str, Any]], configured: list[dict[st
         value}, "dag_ids": [str], "tasks": [{"dag_id", "task_id", "operator"}], "landings": [str],
         "late_sink": str | None, "assets": [{"name", "uri"}], "note": str | None,
         "registered": bool, "configured": bool}]``. Thresholds: the configured ones over those
-        of the first health-defining task (a ``WatermarkStallSensor``, by DAG id and task id);
+        of the first task that registered thresholds (a ``WatermarkStallSensor``), by DAG id and task id;
         ``missing_ok``: the configured value, else True (a registered job may not have run yet).
     """
     from watermark_ops.core.memory import memory_key
@@ -260,8 +259,8 @@ def known_checkpoints(registered: list[dict[str, Any]], configured: list[dict[st
 
     def merged(entry: dict[str, Any] | None, record: dict[str, Any] | None) -> dict[str, Any]:
         tasks = sorted((record or {}).get("tasks", []), key=lambda t: (str(t.get("dag_id")), str(t.get("task_id"))))
-        health = next((t.get("thresholds") for t in tasks if t.get("operator") in _HEALTH_OPERATORS
-                       and isinstance(t.get("thresholds"), dict) and t.get("dag_id") not in excluded), None) or {}
+        health = next((t["thresholds"] for t in tasks
+                       if isinstance(t.get("thresholds"), dict) and t.get("dag_id") not in excluded), None) or {}
         location = (entry or record)["checkpoint"]
         dag_ids = list((entry or {}).get("dag_ids", []))
         dag_ids += sorted({str(t.get("dag_id")) for t in tasks} - set(dag_ids))
