@@ -11,6 +11,10 @@ export AIRFLOW__CORE__DAGS_FOLDER := $(CURDIR)/dags
 export AIRFLOW__CORE__PLUGINS_FOLDER := $(CURDIR)/plugins
 export AIRFLOW__CORE__LOAD_EXAMPLES := False
 export AIRFLOW__CORE__UNIT_TEST_MODE := False
+# The example's [watermark_ops] settings (watermark_ops.examples.flights.settings.airflow_config_env):
+# its jobs' thresholds and landings, and the runtime checkpoints as the pages' root "runtime".
+export AIRFLOW__WATERMARK_OPS__MONITOR_CONFIG ?= $(CURDIR)/dags/watermark_monitor.json
+export AIRFLOW__WATERMARK_OPS__CHECKPOINT_ROOTS ?= {"runtime":"$(WATERMARK_OPS_HOME)/checkpoints"}
 # JSON form: a URI with a raw `[` silently falls back to master yarn.
 export AIRFLOW_CONN_SPARK_DEFAULT ?= {"conn_type":"spark","host":"local[2]","extra":{"deploy-mode":"client"}}
 export SPARK_LOCAL_IP ?= 127.0.0.1
@@ -28,6 +32,7 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q "$$(grep '^uv==' requirements.txt)"
 	$(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY) -r requirements.txt
+	@# Editable: its entry points register the provider and the UI plugin (nothing in plugins/ does).
 	$(VENV)/bin/uv pip install -q --python $(PY) --no-deps --no-build-isolation -e .
 	@touch $@
 

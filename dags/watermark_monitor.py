@@ -1,15 +1,17 @@
-"""watermark_monitor: every 5 minutes, classify the watermark of every watched checkpoint; alert on alarms.
+"""watermark_monitor: every 5 minutes, classify the watermark of every known checkpoint; alert on alarms.
 
-``checkpoints`` reads the config file at run time (not when the DAG file is parsed):
-``dags/watermark_monitor.json`` beside this file, or the file named by
-``$WATERMARK_OPS_MONITOR_CONFIG`` (its format: :mod:`watermark_ops.examples.flights.watch`). The main job's checkpoint (``flight_windows``, run by
-``flights_pipeline``) is always watched. ``watch`` is one mapped ``WatermarkStallSensor`` per
+``checkpoints`` lists them at run time (not when the DAG file is parsed), with no configuration:
+every checkpoint a watermark-ops task of any DAG touched registered itself in Airflow's asset state
+store (:mod:`watermark_ops.airflow.registry`), plus the explicit entries of ``[watermark_ops]
+checkpoints`` / ``monitor_config`` for checkpoints no DAG touches, or to give thresholds (format:
+:mod:`watermark_ops.airflow.config`; this repository's example sets ``monitor_config`` to
+``dags/watermark_monitor.json``). ``watch`` is one mapped ``WatermarkStallSensor`` per
 checkpoint (its map index is named by the checkpoint): one evaluation each (``timeout`` 0: the
 monitor's schedule is the re-evaluation), success while healthy (``advancing``, or ``idle``
 within ``max_idle``), failure on ``stalled``, ``lagging``, ``jumped`` or idle too long, with the
 classification and its evidence in XCom. A failure posts a JSON alert through
 ``WatermarkWebhookNotifier`` to the connection ``watermark_ops_webhook``; a missing checkpoint
-with ``missing_ok`` is skipped (the job has not run yet).
+with ``missing_ok`` (every registered one unless configured otherwise) is skipped.
 
 A run that overruns its 5-minute slot (storage hanging) raises a ``DeadlineAlert`` through the
 same notifier. ``max_active_runs=1`` and ``catchup=False``: a monitor has nothing to catch up.
@@ -22,13 +24,19 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pendulum
-from airflow.sdk import AsyncCallback, CronTriggerTimetable, DeadlineAlert, DeadlineReference, dag, task
+from airflow.sdk import (
+    AsyncCallback,
+    CronTriggerTimetable,
+    DeadlineAlert,
+    DeadlineReference,
+    dag,
+    get_current_context,
+    task,
+)
 
 from watermark_ops.airflow.notifiers import WatermarkWebhookNotifier
+from watermark_ops.airflow.registry import CHECKPOINT_REGISTRY, monitor_checkpoints
 from watermark_ops.airflow.sensors import WatermarkStallSensor
-
-# The config's reader (shared with the UI plugin, which lists the same checkpoints).
-from watermark_ops.examples.flights.watch import config_path, load_checkpoints
 
 
 @dag(
@@ -47,10 +55,10 @@ from watermark_ops.examples.flights.watch import config_path, load_checkpoints
     doc_md=__doc__,
 )
 def watermark_monitor():
-    @task
+    @task(inlets=[CHECKPOINT_REGISTRY])
     def checkpoints() -> list[dict]:
-        """The watched checkpoints, read from the config file now (at run time)."""
-        return load_checkpoints(config_path())
+        """The known checkpoints now (at run time): the registry (an inlet) and the configuration."""
+        return monitor_checkpoints(get_current_context())
 
     WatermarkStallSensor.partial(
         task_id="watch",
@@ -59,6 +67,7 @@ def watermark_monitor():
         poke_interval=60,
         on_failure_callback=WatermarkWebhookNotifier(),
         map_index_template="{{ task.checkpoint }}",
+        inlets=[CHECKPOINT_REGISTRY],  # a mapped task's inlets come from partial(): its registration
     ).expand_kwargs(checkpoints())
 
 

@@ -36,6 +36,10 @@ if not os.environ.get("PATH", "").startswith(_BIN + os.pathsep):
 os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 (_SESSION_TMP / "airflow").mkdir(parents=True, exist_ok=True)
+# The example deployment's [watermark_ops] settings (its jobs' thresholds, the "runtime" root).
+from watermark_ops.examples.flights.settings import airflow_config_env  # noqa: E402
+
+os.environ.update(airflow_config_env())
 
 
 @pytest.fixture(scope="session")
@@ -64,3 +68,11 @@ def airflow_db():
 
     resetdb()
     yield os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory):
+    """The package's wheel, built once per test session (:func:`tests.packaging_fixtures.build_wheel`)."""
+    from tests.packaging_fixtures import build_wheel
+
+    return build_wheel(tmp_path_factory.mktemp("wheel"))

@@ -416,3 +416,24 @@ def test_compose_file_is_valid(compose, services):
     result = subprocess.run([*command, "-f", str(COMPOSE_FILE), "config", "-q"], cwd=REPO,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
+
+
+def test_the_plugin_is_loaded_once_from_the_images_editable_install(services):
+    """The UI plugin comes only from the ``airflow.plugins`` entry point of the image's editable
+    install: the mounted plugins folder defines no plugin of its own (Airflow's loader, honouring
+    ``.airflowignore``, finds no module there), and the install runs after ``pyproject.toml`` (which
+    declares the entry point) is copied."""
+    from airflow._shared.module_loading import find_path_from_directory
+
+    found = [p for p in find_path_from_directory(str(REPO / "plugins"), ".airflowignore", "glob") if p.endswith(".py")]
+    assert found == [], f"the plugins folder would load {found} as plugin modules"
+    instructions = _dockerfile()
+    copied = [i for i, (instruction, args) in enumerate(instructions)
+              if instruction == "COPY" and "pyproject.toml" in shlex.split(args)]
+    installed = [i for i, (instruction, args) in enumerate(instructions)
+                 if instruction == "RUN" and re.search(r"pip install .*-e \.", args)]
+    assert copied and installed and copied[0] < installed[0]
+    for name in AIRFLOW_SERVICES | {INIT}:
+        env = _env(services[name])
+        targets = {t: s for s, t in _mounts(services[name])}
+        assert targets[env["AIRFLOW__CORE__PLUGINS_FOLDER"]] == "./plugins", name

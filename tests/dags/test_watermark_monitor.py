@@ -1,10 +1,9 @@
-"""watermark_monitor: parses cheaply, reads its config at run time, one mapped sensor per checkpoint,
-alerts delivered to a real HTTP server on 127.0.0.1."""
+"""watermark_monitor: parses cheaply, lists its checkpoints at run time (the registry plus the
+configuration), one mapped sensor per checkpoint, alerts delivered to a real HTTP server on 127.0.0.1."""
 
 from __future__ import annotations
 
 import json
-import runpy
 from datetime import timedelta
 from pathlib import Path
 
@@ -25,7 +24,7 @@ def _bag():
 
 
 def test_parses_without_reading_the_config(monkeypatch, tmp_path):
-    monkeypatch.setenv("WATERMARK_OPS_MONITOR_CONFIG", str(tmp_path / "does-not-exist.json"))
+    monkeypatch.setenv("AIRFLOW__WATERMARK_OPS__MONITOR_CONFIG", str(tmp_path / "does-not-exist.json"))
     bag = _bag()
     assert bag.import_errors == {}
     dag = bag.dags["watermark_monitor"]
@@ -35,35 +34,46 @@ def test_parses_without_reading_the_config(monkeypatch, tmp_path):
     watch = dag.get_task("watch")
     assert watch.upstream_task_ids == {"checkpoints"}
     assert watch.partial_kwargs["timeout"] == 0
+    from watermark_ops.airflow.registry import CHECKPOINT_REGISTRY
+
+    assert dag.get_task("checkpoints").inlets == [CHECKPOINT_REGISTRY]
 
 
-def test_default_config_watches_the_pipeline_jobs(monkeypatch, tmp_path):
+def test_the_examples_config_gives_its_jobs_thresholds_and_landings(monkeypatch, tmp_path):
+    from watermark_ops.airflow.config import configured_checkpoints
+    from watermark_ops.examples.flights.settings import MONITOR_CONFIG
+
     monkeypatch.setenv("WATERMARK_OPS_HOME", str(tmp_path))
-    load = runpy.run_path(str(DAG_FILE))["load_checkpoints"]
-    entries = load(REPO / "dags" / "watermark_monitor.json")
-    by_location = {e["checkpoint"]: e for e in entries}
+    monkeypatch.setenv("AIRFLOW__WATERMARK_OPS__MONITOR_CONFIG", str(MONITOR_CONFIG))
+    monkeypatch.delenv("AIRFLOW__WATERMARK_OPS__CHECKPOINTS", raising=False)
+    by_location = {e["checkpoint"]: e for e in configured_checkpoints()}
     flights = by_location[str(tmp_path / "checkpoints" / "flight_windows")]
-    assert flights["missing_ok"] is True and flights["max_lag"] is None and flights["max_idle"] == "PT26H"
-    assert flights["stall_batches"] == 3  # from the defaults
-    assert str(tmp_path / "checkpoints" / "flight_weather") in by_location
+    assert flights["missing_ok"] is True and flights["name"] == "flight_windows"
+    assert flights["thresholds"]["max_lag"] is None and flights["thresholds"]["max_idle"] == "PT26H"
+    assert flights["thresholds"]["stall_batches"] == 3  # from the defaults
+    assert flights["dag_ids"] == ["flights_pipeline"] and flights["landings"] == [str(tmp_path / "landing" / "flights")]
+    weather = by_location[str(tmp_path / "checkpoints" / "flight_weather")]
+    assert weather["landings"] == [str(tmp_path / "landing" / "flights"), str(tmp_path / "landing" / "weather")]
     from watermark_ops.core.thresholds import Thresholds
 
-    assert Thresholds(**{k: v for k, v in flights.items() if k not in ("checkpoint", "missing_ok")}).max_idle == timedelta(hours=26)
+    assert Thresholds(**flights["thresholds"]).max_idle == timedelta(hours=26)
 
 
 @pytest.mark.parametrize("config, match", [
-    ({"checkpoints": [{"checkpoint": "/a", "job": "flight_windows"}]}, r"checkpoints\[0\]: give exactly one"),
+    ({"checkpoints": [{"checkpoint": "/a", "job": "flight_windows"}]}, r"checkpoints\[0\]: unknown keys \['job'\]"),
     ({"checkpoints": [{"checkpoint": "/a", "max_lag": "six hours"}]}, r"checkpoints\[0\] \(/a\): max_lag"),
     ({"checkpoints": [{"checkpoint": "/a", "max_lagg": "PT1H"}]}, r"checkpoints\[0\]: unknown keys \['max_lagg'\]"),
     ({"defaults": {"stall_batch": 3}}, r"defaults: unknown keys"),
     ("not json", r"cannot read the monitor config"),
 ])
-def test_bad_config_names_the_file_and_entry(tmp_path, config, match):
-    load = runpy.run_path(str(DAG_FILE))["load_checkpoints"]
+def test_bad_config_names_the_file_and_entry(monkeypatch, tmp_path, config, match):
+    from watermark_ops.airflow.config import configured_checkpoints
+
     path = tmp_path / "monitor.json"
     path.write_text(config if isinstance(config, str) else json.dumps(config))
-    with pytest.raises(ValueError, match=rf"{path}: {match}" if "cannot" not in match else match):
-        load(path)
+    monkeypatch.setenv("AIRFLOW__WATERMARK_OPS__MONITOR_CONFIG", str(path))
+    with pytest.raises(ValueError, match=rf"{path}: {match}"):
+        configured_checkpoints()
 
 
 def test_one_run_checks_every_checkpoint_and_alerts_on_alarms(airflow_db, spark, monkeypatch, tmp_path):
@@ -72,18 +82,22 @@ def test_one_run_checks_every_checkpoint_and_alerts_on_alarms(airflow_db, spark,
     healthy = sf.inputs_take_turns(spark).checkpoints["min"]
     stalled = sf.one_input_without_data(spark).checkpoints["min"]
     missing = str(tmp_path / "not-created-yet")
-    # The pipeline's own checkpoint, always watched: here the 2013 backlog (lagging by years).
-    home = tmp_path / "home"
+    # A pipeline's checkpoint no configuration names: its audit task registered it (the 2013
+    # backlog, lagging by years against the default max_lag of 6 hours).
+    from tests.watermark_ops.airflow.registry_fixtures import audit_dag, clear_registry
+
+    clear_registry()
     pipeline = sf.copy_with_progress_log(sf.backlog_then_future_record(spark).checkpoints["lagging"],
-                                  home / "checkpoints" / "flight_windows")
+                                         tmp_path / "home" / "checkpoints" / "zz_pipeline")
+    assert sf.task_states(sf.run_dag(audit_dag("wo_monitor_pipeline"), run_conf={"checkpoint": pipeline})) == {
+        ("audit_checkpoint", -1): "success"}
     config = tmp_path / "monitor.json"
     config.write_text(json.dumps({"defaults": {"max_lag": "PT6H"}, "checkpoints": [
         {"checkpoint": healthy, "max_idle": "P3650D"},
         {"checkpoint": stalled},
         {"checkpoint": missing, "missing_ok": True},
     ]}))
-    monkeypatch.setenv("WATERMARK_OPS_MONITOR_CONFIG", str(config))
-    monkeypatch.setenv("WATERMARK_OPS_HOME", str(home))
+    monkeypatch.setenv("AIRFLOW__WATERMARK_OPS__MONITOR_CONFIG", str(config))
     with sf.AlertServer() as server:
         monkeypatch.setenv("AIRFLOW_CONN_WATERMARK_OPS_WEBHOOK", server.connection("/watermarks"))
         run = _bag().dags["watermark_monitor"].test()

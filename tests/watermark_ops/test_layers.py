@@ -25,10 +25,13 @@ ALLOWED = {
     "cli": {"core", "render"},
     "__main__": {"cli"},
     "airflow": {"core", "render", "render_html"},
+    "spark": {"core"},  # the driver side of a user's job (pyspark); nothing else imports it
     "examples": {"core"},
     "__init__": {"core"},
 }
 FORBIDDEN_IN_CORE = ("airflow", "pyspark", "argparse", "rich")
+#: The only layer that may import pyspark (the Spark provider 6.x installs only pyspark-client).
+SPARK_LAYER = "spark"
 
 
 def _module_name(path: Path) -> str:
@@ -116,3 +119,21 @@ def test_no_import_cycles():
         if start not in state:
             visit(start, [start])
     assert cycles == []
+
+
+def test_only_the_spark_layer_imports_pyspark():
+    """Module level or inside a function: the Airflow side (and the example) never imports pyspark."""
+    offending = []
+    for path in PACKAGE.rglob("*.py"):
+        if _layer(_module_name(path)) == SPARK_LAYER:
+            continue
+        offending += [f"{path.relative_to(PACKAGE)}: {name}" for name in _imports(path)
+                      if name.split(".")[0] in ("pyspark", "py4j")]
+    assert offending == []
+
+
+def test_generic_modules_never_import_the_example():
+    offending = [f"{_module_name(path)} -> {name}" for path in PACKAGE.rglob("*.py")
+                 if _layer(_module_name(path)) != "examples"
+                 for name in _imports(path) if name.split(".")[:2] == ["watermark_ops", "examples"]]
+    assert offending == []

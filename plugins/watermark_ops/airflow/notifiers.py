@@ -9,9 +9,10 @@ Where the classification comes from: the failing task's exception when it is a
 :class:`watermark_ops.airflow.sensors.WatermarkAlarm` (what the sensor saw), else, when ``checkpoint``
 is given, a fresh evaluation (:func:`watermark_ops.core.stall.evaluate`) at the moment of the alert.
 
-The connection (default id ``watermark_ops_webhook``)::
+The connection (default id ``watermark_ops_webhook``; its type ``watermark_ops_webhook`` is this
+provider's, :class:`watermark_ops.airflow.hooks.WatermarkWebhookHook`; an ``http`` connection works too)::
 
-    AIRFLOW_CONN_WATERMARK_OPS_WEBHOOK='{"conn_type": "http", "host": "alerts.example.com",
+    AIRFLOW_CONN_WATERMARK_OPS_WEBHOOK='{"conn_type": "watermark_ops_webhook", "host": "alerts.example.com",
         "schema": "https", "extra": {"endpoint": "/hooks/watermarks", "headers": {"X-Team": "data"}}}'
 
 URL = ``<schema or https>://<host>[:<port>]`` (or ``host`` itself when it holds a whole URL)
@@ -44,15 +45,14 @@ notifier runs in the triggerer, so it needs only plain kwargs)::
     from datetime import timedelta
     from airflow.sdk import AsyncCallback, DeadlineAlert, DeadlineReference
     from watermark_ops.airflow.notifiers import WatermarkWebhookNotifier
-    from watermark_ops.examples.flights.settings import job_locations
 
     deadline = DeadlineAlert(
         reference=DeadlineReference.DAGRUN_QUEUED_AT,
         interval=timedelta(minutes=45),   # the run should be done 45 minutes after it was queued
         callback=AsyncCallback(
             WatermarkWebhookNotifier,
-            kwargs={"checkpoint": job_locations("flight_windows")["checkpoint"],
-                    "thresholds": {"max_lag": None}},    # a replay of 2013: lag is the backlog
+            kwargs={"checkpoint": "s3://lake/checkpoints/orders_windows",
+                    "thresholds": {"max_lag": None}},    # a replay of old data: lag is the backlog
         ),
     )
     # @dag(..., deadline=deadline)

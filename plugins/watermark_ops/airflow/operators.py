@@ -14,6 +14,7 @@ from airflow.sdk import Asset, BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from watermark_ops.airflow.memory import AssetStateStoreMemory
+from watermark_ops.airflow.registry import add_registry_inlet, register_checkpoint
 from watermark_ops.core.audit import run_audit
 from watermark_ops.core.memory import MemoryFormatError
 from watermark_ops.core.rules import ERROR, INFO, WARNING
@@ -60,6 +61,7 @@ class WatermarkAuditOperator(BaseOperator):
                 outlets.append(memory_asset)
             kwargs["outlets"] = outlets
         super().__init__(**kwargs)
+        add_registry_inlet(self)
         self.checkpoint = checkpoint
         self.memory_asset = memory_asset
         self.soft = soft
@@ -67,6 +69,7 @@ class WatermarkAuditOperator(BaseOperator):
         self.table_limit = table_limit
 
     def execute(self, context) -> dict[str, Any]:
+        register_checkpoint(context, self.checkpoint, asset=self.memory_asset)
         memory = None
         if self.memory_asset is not None:
             memory = AssetStateStoreMemory(context["asset_state_store"][self.memory_asset])

@@ -31,6 +31,7 @@ from airflow.sdk import Asset, BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
 from watermark_ops.airflow.memory import state_store_key
+from watermark_ops.airflow.registry import add_registry_inlet, register_checkpoint
 from watermark_ops.core.partitions import (
     DEFAULT_TIMEZONE,
     GRAINS,
@@ -105,6 +106,7 @@ class WatermarkPartitionsOperator(BaseOperator):
                 assets.append(asset)
             kwargs[field] = assets
         super().__init__(**kwargs)
+        add_registry_inlet(self)
         self.checkpoint = checkpoint
         self.asset = asset
         self.since = since
@@ -151,6 +153,7 @@ class WatermarkPartitionsOperator(BaseOperator):
     # -- execute --------------------------------------------------------------------------------
 
     def execute(self, context: Any) -> dict[str, Any]:
+        register_checkpoint(context, self.checkpoint, asset=self.asset)
         try:
             since_ms = instant_ms(self.since)
         except ValueError as exc:

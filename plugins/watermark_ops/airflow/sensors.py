@@ -34,6 +34,7 @@ from airflow.sdk.exceptions import (
     AirflowSkipException,
 )
 
+from watermark_ops.airflow.registry import add_registry_inlet, register_checkpoint
 from watermark_ops.core.checks import Check, check
 from watermark_ops.core.stall import StallInputError
 from watermark_ops.core.thresholds import DEFAULT_THRESHOLDS, Thresholds
@@ -76,6 +77,7 @@ class _WatermarkSensor(BaseSensorOperator):
                  deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        add_registry_inlet(self)
         self.checkpoint = checkpoint
         # Validated here, at DAG parse time for static values and at mapping time for mapped ones.
         self.thresholds = Thresholds(idle_after=idle_after, max_idle=max_idle, max_lag=max_lag, max_skew=max_skew,
@@ -139,6 +141,8 @@ class _WatermarkSensor(BaseSensorOperator):
         return PokeReturnValue(is_done=result.outcome == "done", xcom_value=value)
 
     def execute(self, context: Any) -> Any:
+        register_checkpoint(context, self.checkpoint, asset=getattr(self, "asset", None),
+                            thresholds=self.thresholds if self.goal == "healthy" else None)
         if self.deferrable:
             return self._execute_deferrable(context)
         try:

@@ -1,22 +1,24 @@
 """The watermark pages in the Airflow UI: a FastAPI app that Airflow's api-server mounts.
 
-Routes (under the mount prefix, ``/watermark-ops`` in ``plugins/watermark_ops_ui.py``)::
+Routes (under the mount prefix, ``/watermark-ops`` in :mod:`watermark_ops.airflow.plugin`)::
 
     GET /                                   overview: every known checkpoint, problems first (HTML)
     GET /api/checkpoints                    the same rows as JSON
     GET /checkpoints/{root}/{path}[?limit=N]     one checkpoint's page (HTML); the chart draws the
                                                  newest N batches (default 500, 0: all)
     GET /api/checkpoints/{root}/{path}[?limit=N] the same data as JSON
-    GET /dags/{dag_id}[?task_id=...]        the page of the checkpoint a DAG runs (the link from
-                                            the DAG and task-instance views); else the overview
+    GET /dags/{dag_id}[?task_id=...]        the page of the checkpoint the task (else the DAG)
+                                            touches, when it is one (the link from the DAG and
+                                            task-instance views); else the overview
 
 Every route requires an authenticated Airflow user, exactly as the rest of the UI: the JWT of the
 ``Authorization: Bearer`` header or of the UI's ``_token`` cookie, checked by the api-server's own
 ``airflow.api_fastapi.core_api.security.get_user`` (plugin apps are open by default; this one is
 not). No token: 401; an invalid one: 403.
 
-A page reads only checkpoints under the configured roots
-(:class:`watermark_ops.core.roots.CheckpointRoots`): a path that could escape is refused (400 or
+A page reads only checkpoints under the roots ``roots()`` gives
+(:class:`watermark_ops.core.roots.CheckpointRoots`; the plugin adds each registered checkpoint's own
+folder, :class:`watermark_ops.airflow.plugin.PageRoots`): a path that could escape is refused (400 or
 404) before anything is read. The pages only read: the audit runs without memory, nothing is
 written to a checkpoint or anywhere else. A checkpoint that cannot be read shows its error on
 its row (the overview) or its page, never a 500.
@@ -35,10 +37,10 @@ from watermark_ops.core.roots import CheckpointRoots, PathRefused
 
 __all__ = ["create_app", "require_user"]
 
-#: A known checkpoint, as :func:`watermark_ops.examples.flights.watch.known_checkpoints` gives it:
-#: ``{"name", "checkpoint", "missing_ok", "thresholds", "dag_ids", "landings", "note"}``, and
-#: optionally ``"late_sink"``: the late-row ledger's sink folder (``<output>_late``), whose rows
-#: the checkpoint page shows per run beside Spark's count.
+#: A known checkpoint, as :func:`watermark_ops.airflow.registry.known_checkpoints` gives it:
+#: ``{"name", "checkpoint", "missing_ok", "thresholds", "dag_ids", "tasks", "landings", "note", ...}``,
+#: with ``"late_sink"`` (the late-row ledger's sink folder, ``batch=<N>.jsonl`` files) when a task
+#: registered one: the checkpoint page shows its rows per run beside Spark's count.
 Known = dict[str, Any]
 
 
@@ -150,16 +152,20 @@ def create_app(roots: Callable[[], CheckpointRoots], known: Callable[[], list[Kn
 
     @app.get("/dags/{dag_id}")
     def for_dag(request: Request, dag_id: str, task_id: str | None = None) -> Response:
-        # task_id comes with the task-instance tab's link; every task of a DAG shares its job's checkpoint.
+        # task_id comes with the task-instance tab's link: the checkpoint that task touches, else the
+        # DAG's one checkpoint; a DAG (or task) touching several leads to the overview.
         try:
             checkpoint_roots = roots()
         except ValueError:
             return RedirectResponse(f"{base(request)}/", 307)  # the overview names the bad option
-        for entry in _known_or_error(known):
-            if dag_id in entry.get("dag_ids", ()) and "checkpoint" in entry:
-                address = checkpoint_roots.address(entry["checkpoint"])
-                if address is not None:
-                    return RedirectResponse(f"{base(request)}/checkpoints/{address[0]}/{address[1]}", 307)
+        entries = [e for e in _known_or_error(known) if "checkpoint" in e and dag_id in e.get("dag_ids", ())]
+        by_task = [e for e in entries if any(t.get("dag_id") == dag_id and t.get("task_id") == task_id
+                                             for t in e.get("tasks", ()))]
+        chosen = by_task if task_id and by_task else entries
+        if len(chosen) == 1:
+            address = checkpoint_roots.address(chosen[0]["checkpoint"])
+            if address is not None:
+                return RedirectResponse(f"{base(request)}/checkpoints/{address[0]}/{address[1]}", 307)
         return RedirectResponse(f"{base(request)}/", 307)
 
     return app

@@ -157,7 +157,7 @@ def test_overview_page_shows_states_and_errors_on_their_rows(client, ui):
 def test_a_broken_monitor_config_is_a_row_not_a_500(client, ui, monkeypatch, tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    monkeypatch.setenv("WATERMARK_OPS_MONITOR_CONFIG", str(bad))
+    monkeypatch.setenv("AIRFLOW__WATERMARK_OPS__MONITOR_CONFIG", str(bad))
     reply = client.get("/watermark-ops/")
     assert reply.status_code == 200
     assert "cannot read the monitor config" in reply.text and str(bad) in reply.text
@@ -228,9 +228,12 @@ def test_ten_thousand_batches_draw_the_newest_500_and_say_so(client):
 
 
 def test_a_dag_link_leads_to_its_checkpoint_or_the_overview(client, ui, monkeypatch):
+    from watermark_ops.examples.flights.settings import job_locations
+
     config = json.loads(ui.config.read_text())
-    config["checkpoints"].append({"job": "flight_windows"})
-    monkeypatch.setenv("WATERMARK_OPS_MONITOR_CONFIG", str(ui.config.with_name("with_job.json")))
+    config["checkpoints"].append({"checkpoint": job_locations("flight_windows")["checkpoint"],
+                                  "dag_ids": ["flights_pipeline"]})
+    monkeypatch.setenv("AIRFLOW__WATERMARK_OPS__MONITOR_CONFIG", str(ui.config.with_name("with_job.json")))
     ui.config.with_name("with_job.json").write_text(json.dumps(config))
     reply = client.get("/watermark-ops/dags/flights_pipeline?task_id=flight_windows", follow_redirects=False)
     assert reply.status_code == 307 and reply.headers["location"] == "/watermark-ops/checkpoints/runtime/flight_windows"
@@ -272,10 +275,9 @@ def _ledger_cells(page: str) -> list[str]:
     return re.findall(r'<td class="num ledger">([^<]*)</td>', table)
 
 
-def test_late_rows_per_run_show_the_ledger_beside_spark(client, ui, spark, monkeypatch, tmp_path):
+def test_late_rows_per_run_show_the_ledger_beside_spark(client, ui, spark, request, tmp_path):
     """The ledger sink written by ``reconcile_run`` on the shared real checkpoint; the known
-    checkpoint's ``late_sink`` names it (set here on the entry the monitor config gives)."""
-    import watermark_ops.examples.flights.watch as watch
+    checkpoint's ``late_sink`` names it (set here on its entry of the ``[watermark_ops]`` monitor config)."""
     from tests.watermark_ops import checkpoint_fixtures as cf
     from watermark_ops.core.ledger import reconcile_run
 
@@ -292,10 +294,13 @@ def test_late_rows_per_run_show_the_ledger_beside_spark(client, ui, spark, monke
     result = reconcile_run(str(real), None, quarantine_checkpoint=str(history.checkpoint) + "_quarantine",
                            sink=str(sink))
     assert result["complete"] and result["sink_files"]
-    original = watch.known_checkpoints
-    monkeypatch.setattr(watch, "known_checkpoints", lambda *a, **k: [
-        dict(entry, late_sink=str(sink)) if entry.get("checkpoint") == str(real) else entry
-        for entry in original(*a, **k)])
+    config = json.loads(ui.config.read_text())
+    for entry in config["checkpoints"]:
+        if entry.get("checkpoint") == str(real):
+            entry["late_sink"] = str(sink)
+    original_text = ui.config.read_text()
+    ui.config.write_text(json.dumps(config))
+    request.addfinalizer(lambda: ui.config.write_text(original_text))
     data = client.get("/watermark-ops/api/checkpoints/test/real").json()
     assert data["late_sink"] == str(sink)
     files = {int(p.name.removeprefix("batch=").removesuffix(".jsonl")): len(p.read_text().splitlines())

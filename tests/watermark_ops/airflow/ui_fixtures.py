@@ -38,7 +38,7 @@ class UiCheckpoints:
 
         roots = {"test": str(self.root), "runtime": str(runtime_home() / "checkpoints")}
         return {"AIRFLOW__WATERMARK_OPS__CHECKPOINT_ROOTS": json.dumps(roots),
-                "WATERMARK_OPS_MONITOR_CONFIG": str(self.config)}
+                "AIRFLOW__WATERMARK_OPS__MONITOR_CONFIG": str(self.config)}
 
 
 def build(spark, folder: Path, big_batches: int = 10_000) -> UiCheckpoints:

@@ -19,6 +19,8 @@ from watermark_ops.core.progress import progress_log_path
 
 REPO_ROOT = Path(__file__).resolve().parents[4]  # plugins/watermark_ops/examples/flights/settings.py
 SPARK_JOBS_DIR = REPO_ROOT / "spark_jobs"
+#: The example's explicit checkpoint entries ([watermark_ops] monitor_config).
+MONITOR_CONFIG = REPO_ROOT / "dags" / "watermark_monitor.json"
 
 
 def runtime_home() -> Path:
@@ -42,6 +44,26 @@ def job_locations(job: str, home: Path | None = None) -> dict[str, str]:
         "checkpoint": checkpoint,
         "progress_log": progress_log_path(checkpoint),
         "output": str(home / "output" / job),
+    }
+
+
+def airflow_config_env(home: Path | None = None) -> dict[str, str]:
+    """The example deployment's ``[watermark_ops]`` settings, as Airflow environment variables.
+
+    The package needs none (every checkpoint a DAG task touches registers itself); the example adds
+    its jobs' thresholds, notes and landing folders (``dags/watermark_monitor.json``, whose
+    locations name ``$WATERMARK_OPS_HOME``) and the runtime home's checkpoints as the pages' root
+    ``runtime`` (page addresses ``runtime/<job>``). The Makefile exports the same two.
+
+    :return: ``{"AIRFLOW__WATERMARK_OPS__MONITOR_CONFIG": path,
+        "AIRFLOW__WATERMARK_OPS__CHECKPOINT_ROOTS": '{"runtime": "<home>/checkpoints"}'}``.
+    """
+    import json
+
+    home = home or runtime_home()
+    return {
+        "AIRFLOW__WATERMARK_OPS__MONITOR_CONFIG": str(MONITOR_CONFIG),
+        "AIRFLOW__WATERMARK_OPS__CHECKPOINT_ROOTS": json.dumps({"runtime": str(home / "checkpoints")}),
     }
 
 

@@ -1,0 +1,159 @@
+"""The ``[watermark_ops]`` configuration section (``airflow.cfg`` or ``AIRFLOW__WATERMARK_OPS__<OPTION>``).
+
+Every option is optional: the checkpoints DAG tasks touch register themselves
+(:mod:`watermark_ops.airflow.registry`), so a deployment needs no configuration at all.
+
+* ``checkpoint_roots``: JSON object of root name -> local folder. The watermark pages read
+  checkpoints under these folders, plus each registered checkpoint's own folder (exactly that one).
+* ``checkpoints``: checkpoints to know although no DAG task touches them (or to give them
+  thresholds, landings, a note): a JSON list of entries, or ``{"defaults": {...}, "checkpoints": [...]}``.
+* ``monitor_config``: the path of a JSON file of the same form (read at every use).
+
+An entry::
+
+    {"checkpoint": location (local path or fsspec URL), "name": str, "missing_ok": bool (default false),
+     "note": str, "dag_ids": [DAG ids running its job], "landings": [landing folders of its inputs],
+     "late_sink": location of its late-row ledger, <threshold>: value, ...}
+
+Thresholds are those of :class:`watermark_ops.core.thresholds.Thresholds` (ISO-8601 durations such
+as ``PT6H``, seconds, or null to disable; ``stall_batches`` a count); ``defaults`` apply to every
+entry. ``$NAME`` / ``${NAME}`` in ``checkpoint``, ``landings`` and ``late_sink`` are expanded from the
+environment when read (an unset variable is an error).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from watermark_ops.core.roots import CheckpointRoots
+
+__all__ = ["ENTRY_KEYS", "SECTION", "THRESHOLD_KEYS", "configured_checkpoints", "configured_roots", "parse_entries"]
+
+SECTION = "watermark_ops"
+THRESHOLD_KEYS = ("idle_after", "max_idle", "max_lag", "max_skew", "stall_window", "stall_batches",
+                  "max_partition_skew")
+ENTRY_KEYS = ("checkpoint", "name", "missing_ok", "note", "dag_ids", "landings", "late_sink", *THRESHOLD_KEYS)
+_UNSET = re.compile(r"\$\{?\w+\}?")
+
+
+def _option(name: str) -> str:
+    from airflow.configuration import conf
+
+    return (conf.get(SECTION, name, fallback="") or "").strip()
+
+
+def configured_roots() -> CheckpointRoots:
+    """``[watermark_ops] checkpoint_roots`` (JSON ``{name: folder}``); none when unset.
+
+    :raises ValueError: naming the option, for JSON that is not an object of strings, or a bad
+        root (:meth:`CheckpointRoots.of`).
+    """
+    text = _option("checkpoint_roots")
+    if not text:
+        return CheckpointRoots({})
+    try:
+        roots = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"[{SECTION}] checkpoint_roots: expected a JSON object of name -> folder: {exc}") from exc
+    if not isinstance(roots, dict) or not all(isinstance(v, str) for v in roots.values()):
+        raise ValueError(f"[{SECTION}] checkpoint_roots: expected a JSON object of name -> folder, got {text!r}")
+    return CheckpointRoots.of(roots)
+
+
+def configured_checkpoints() -> list[dict[str, Any]]:
+    """The entries of ``monitor_config`` (the file) then of ``checkpoints`` (inline), validated;
+    a location given twice keeps its first entry.
+
+    :return: ``[{"checkpoint": str, "missing_ok": bool, "thresholds": {<threshold>: JSON value},
+        "name": str | None, "note": str | None, "dag_ids": [str], "landings": [str],
+        "late_sink": str | None}]`` in configuration order; ``[]`` when neither option is set.
+    :raises ValueError: naming the option or file and the entry, for bad JSON, an unknown key, a
+        missing ``checkpoint``, a bad threshold or an unset environment variable.
+    """
+    entries: list[dict[str, Any]] = []
+    path = _option("monitor_config")
+    if path:
+        try:
+            text = Path(path).read_text()
+        except OSError as exc:
+            raise ValueError(f"{path}: cannot read the monitor config: {exc}") from exc
+        entries += parse_entries(text, path)
+    inline = _option("checkpoints")
+    if inline:
+        entries += parse_entries(inline, f"[{SECTION}] checkpoints")
+    from watermark_ops.core.memory import memory_key
+
+    out, seen = [], set()
+    for entry in entries:
+        key = memory_key(entry["checkpoint"])
+        if key not in seen:
+            seen.add(key)
+            out.append(entry)
+    return out
+
+
+def parse_entries(text: str, where: str) -> list[dict[str, Any]]:
+    """Validated entries of one JSON text (a list of entries, or ``{"defaults", "checkpoints"}``).
+
+    :param where: what the text is (a file path or the option's name), for the error messages.
+    :raises ValueError: as :func:`configured_checkpoints`, each message starting with ``where``.
+    """
+    from watermark_ops.core.thresholds import Thresholds
+
+    try:
+        config = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"{where}: cannot read the monitor config: {exc}") from exc
+    if isinstance(config, list):
+        config = {"checkpoints": config}
+    if not isinstance(config, dict) or not isinstance(config.get("checkpoints", []), list):
+        raise ValueError(f"{where}: expected a list of entries or an object with a 'checkpoints' list")
+    unknown = set(config) - {"defaults", "checkpoints", "about"}
+    if unknown:
+        raise ValueError(f"{where}: unknown keys {sorted(unknown)}; expected 'defaults', 'checkpoints', 'about'")
+    defaults = config.get("defaults") or {}
+    if not isinstance(defaults, dict) or set(defaults) - set(THRESHOLD_KEYS):
+        raise ValueError(f"{where}: defaults: unknown keys {sorted(set(defaults) - set(THRESHOLD_KEYS))}; "
+                         f"expected {list(THRESHOLD_KEYS)}")
+    out = []
+    for index, entry in enumerate(config.get("checkpoints") or []):
+        label = f"{where}: checkpoints[{index}]"
+        if not isinstance(entry, dict):
+            raise ValueError(f"{label}: expected an object, got {entry!r}")
+        if set(entry) - set(ENTRY_KEYS):
+            raise ValueError(f"{label}: unknown keys {sorted(set(entry) - set(ENTRY_KEYS))}; expected {list(ENTRY_KEYS)}")
+        if not isinstance(entry.get("checkpoint"), str) or not entry["checkpoint"]:
+            raise ValueError(f"{label}: 'checkpoint' (a location) is required")
+        for key in ("landings", "dag_ids"):
+            value = entry.get(key, [])
+            if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+                raise ValueError(f"{label}: {key!r} must be a list of strings, got {value!r}")
+        location = _expand(entry["checkpoint"], label)
+        thresholds = {k: entry.get(k, defaults.get(k)) for k in THRESHOLD_KEYS if k in entry or k in defaults}
+        try:
+            Thresholds(**thresholds)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{label} ({location}): {exc}") from exc
+        out.append({
+            "checkpoint": location,
+            "missing_ok": bool(entry.get("missing_ok", False)),
+            "thresholds": thresholds,
+            "name": entry.get("name"),
+            "note": entry.get("note"),
+            "dag_ids": list(entry.get("dag_ids", [])),
+            "landings": [_expand(item, label) for item in entry.get("landings", [])],
+            "late_sink": _expand(entry["late_sink"], label) if entry.get("late_sink") else None,
+        })
+    return out
+
+
+def _expand(text: str, label: str) -> str:
+    expanded = os.path.expandvars(text)
+    left = _UNSET.search(expanded)
+    if left:
+        raise ValueError(f"{label}: {text!r}: environment variable {left.group(0)} is not set")
+    return expanded
