@@ -19,8 +19,10 @@ that parses the recorder's shared flags (``watermark_ops.spark.add_run_arguments
 ``--trigger``, ``--run-tag``, ``--max-files-per-trigger``) and runs its queries through
 ``watermark_ops.spark.run_queries``, which writes the progress log the tasks after it read.
 
-Cheap at parse time: nothing here reads a file or imports pyspark; the tasks import the core
-when they run.
+Every checkpoint a run pattern touches is registered (``watermark_ops.airflow.registry``) with
+its DAG, landing folders and ledger sink, so the UI's pages and the monitor list it with no
+configuration file. Cheap at parse time: nothing here reads a file or imports pyspark; the tasks
+import the core when they run.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from airflow.sdk import Asset, TaskGroup, task
 
 from watermark_ops.airflow.operators import WatermarkAuditOperator
 from watermark_ops.airflow.partitions import WatermarkPartitionsOperator
+from watermark_ops.airflow.registry import CHECKPOINT_REGISTRY
 from watermark_ops.airflow.sensors import WatermarkReachedSensor
 
 __all__ = ["DEFAULT_TASK_IDS", "watermarked_run"]
@@ -153,12 +156,17 @@ def watermarked_run(
                     (r["drop_rate"] for r in advice.get("runs", []) if r.get("run_tag") == run_id), None)
             return report
 
-        @task(task_id=ids["ledger"], multiple_outputs=True)
+        @task(task_id=ids["ledger"], multiple_outputs=True, inlets=[CHECKPOINT_REGISTRY])
         def late_ledger(run_id=None) -> dict:
             """Every row this run's batches dropped as late, recovered from the checkpoint and the landed
-            files (Spark counts only late groups); ``balanced``: rows in = aggregated + late + quarantined."""
+            files (Spark counts only late groups); ``balanced``: rows in = aggregated + late + quarantined.
+            Registers the checkpoint with its landing folders and ledger sink (the UI and the monitor list it)."""
+            from airflow.sdk import get_current_context
+
+            from watermark_ops.airflow.registry import register_checkpoint
             from watermark_ops.core.ledger import reconcile_run
 
+            register_checkpoint(get_current_context(), checkpoint, landings=landings, late_sink=late_sink)
             return reconcile_run(checkpoint, run_id, quarantine_checkpoint, sink=late_sink)
 
         audit = WatermarkAuditOperator(task_id=ids["audit"], checkpoint=checkpoint)
