@@ -37,7 +37,7 @@ def test_audit_table_of_a_real_checkpoint(capsys, history, tmp_path):
     for column in ("batch", "watermark (UTC)", "watermark ms", "change", "batch time (UTC)", "commit"):
         assert column in out
     assert iso_utc(watermark) in out and str(watermark) in out
-    assert "+54m" in out  # batch 3: the watermark moved by 54 minutes after run 2's data batch
+    assert "+54 min" in out  # batch 3: the watermark moved by 54 minutes after run 2's data batch
     assert out.count("committed") == 7
     assert "No findings." in out and "status ok (exit 0)" in out
     # The second audit remembers: nothing was added since.
@@ -212,7 +212,7 @@ def test_late_table_json_and_sink(capsys, tmp_path):
     assert code == 0
     for column in ("batch", "late", "watermark missed (UTC)", "worst lateness", "late per origin", "Spark's count"):
         assert column in out
-    assert iso_utc(lf.WATERMARK_1) in out and "EWR 2, JFK 1, LGA 1" in out and "1 hours" in out
+    assert iso_utc(lf.WATERMARK_1) in out and "EWR 2, JFK 1, LGA 1" in out and "1 h" in out
     assert "5 late rows of" in out and "wrote 3 files" in out
     assert sorted(p.name for p in (tmp_path / "late").iterdir()) == ["batch=0.jsonl", "batch=1.jsonl", "batch=2.jsonl"]
     code, out, _ = run(capsys, "late", checkpoint, "--json", "--batch", "2")

@@ -18,6 +18,7 @@ environment (home, DAG and plugin folders, ``spark_default``) defaults to the ru
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import shutil
@@ -29,7 +30,7 @@ from pathlib import Path
 import pendulum
 
 from watermark_ops.core.progress import progress_log_path, read_progress_log, summarize_run
-from watermark_ops.core.times import iso_utc
+from watermark_ops.core.times import watermark_text
 from watermark_ops.examples.flights.settings import REPO_ROOT, job_locations, runtime_home
 
 DAG_ID = "flights_pipeline"
@@ -109,6 +110,83 @@ def _ledger(locations: dict[str, str], run_tag: str | None) -> dict[str, str]:
     return {"rows_late": str(found["rows_late"]), "balance": balance}
 
 
+def _compact_instant(ms: int | None) -> str:
+    """``MM-DD HH:mmZ`` (UTC) for the narrow table: ``01-02 21:59Z``; 0 is ``not set yet``."""
+    if not ms:
+        return watermark_text(ms, "-")
+    return pendulum.from_timestamp(ms / 1000, tz="UTC").format("MM-DD HH:mm[Z]")
+
+
+def runs_table(rows: list[dict], width: int):
+    """The demo's table of runs, readable at ``width`` columns: the full table when it fits without
+    breaking a word (about 130 columns), else a narrow form for 80 columns and pipes: the interval
+    as its New York start day, the watermark as ``MM-DD HH:mmZ`` (UTC; the data set is all 2013),
+    shorter headings, no seconds (the timing table has them). The interval and watermark cells are
+    never folded nor cut (no ``…``); a long balance folds at its spaces.
+
+    :param rows: one dict per run: ``start``/``end`` (pendulum, the data interval), ``failed``
+        (bool), ``batch_ids`` (list of int), ``input_rows``, ``quarantined``, ``windows``,
+        ``late_groups`` (int), ``watermark_ms`` (epoch ms UTC, the watermark after the run, or
+        None), ``late_flights``, ``balance`` (text cells, ``-`` when unknown), ``seconds`` (float).
+    :param width: the console's width in columns.
+    :return: a ``rich.table.Table``.
+    """
+    from rich import box
+    from rich.console import Console
+    from rich.measure import Measurement
+    from rich.table import Table
+
+    measuring = Console(width=10_000, file=io.StringIO())
+
+    def build(narrow: bool, fixed: bool) -> tuple[Table, int]:
+        if narrow:  # the balance stands for the input rows, late flights and quarantined
+            title = f"{DAG_ID}: one restart of {JOB} per day"
+            headings = ("NY day", "batches", "watermark (UTC)", "windows", "late groups*", "balanced‡")
+            whole = (0, 2, 5)
+        else:
+            title = f"{DAG_ID}: one restart of the {JOB} query per data interval"
+            headings = ("data interval (New York)", "batches", "input rows", "quarantined",
+                        "watermark after run (UTC)", "windows emitted", "late groups*", "late flights§",
+                        "balanced‡", "seconds")
+            whole = (0, 4, 8)
+        cells: list[list[str]] = []
+        for row in rows:
+            start, end = row["start"].to_date_string(), row["end"].to_date_string()
+            batches = ", ".join(map(str, row["batch_ids"]))
+            if narrow:
+                balance = (row["balance"] if row["balance"] != "-" else
+                           f"{row['input_rows']} = ? + {row['late_flights']} + {row['quarantined']}")
+                cells.append([start, batches or "none", _compact_instant(row["watermark_ms"]), str(row["windows"]),
+                              str(row["late_groups"]), balance])
+            else:
+                cells.append([f"{start} → {end}", batches or "none (no new input)", str(row["input_rows"]),
+                              str(row["quarantined"]), watermark_text(row["watermark_ms"], "-"), str(row["windows"]),
+                              str(row["late_groups"]), row["late_flights"], row["balance"], f"{row['seconds']:.0f}"])
+            if row["failed"]:
+                cells.append(["failed"] + [""] * (len(headings) - 1))
+        # Each column as wide as its longest heading word and its longest cell (the interval, watermark and
+        # balance) or cell word (the rest): nothing is folded mid-word, nothing ends in "…".
+        widths = [
+            max([len(word) for word in heading.split()]
+                + [len(c[i]) if i in whole else max((len(w) for w in c[i].split()), default=0) for c in cells])
+            for i, heading in enumerate(headings)
+        ]
+        table = Table(title=title, box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD, pad_edge=not narrow)
+        for i, heading in enumerate(headings):
+            table.add_column(heading, overflow="fold", width=widths[i] if fixed else None,
+                             min_width=None if fixed or i not in whole else widths[i],
+                             justify="left" if i in whole or i == 1 else "right")
+        for row_cells in cells:
+            table.add_row(*(f"[red]{c}[/]" if c == "failed" else c for c in row_cells))
+        return table, Measurement.get(measuring, measuring.options, table).maximum
+
+    for narrow in (False, True):
+        table, needed = build(narrow, fixed=True)
+        if needed <= width:
+            return table
+    return build(narrow=True, fixed=False)[0]  # narrower than 80 columns: rich folds what it must
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run flights_pipeline for consecutive days and report each run.")
     parser.add_argument("days", nargs="*", default=list(DEFAULT_DAYS), help="interval start days, YYYY-MM-DD")
@@ -118,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(width=max(Console().width, 132))
+    console = Console()  # the terminal's width; 80 columns (or $COLUMNS) when piped
     home = runtime_home()
     home.mkdir(parents=True, exist_ok=True)
     locations = job_locations(JOB)
@@ -136,16 +214,12 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"[red]airflow db migrate failed, see {log_file}")
         return 1
 
-    table = Table(title=f"{DAG_ID}: one restart of the {JOB} query per data interval")
-    for column in ("data interval (New York days)", "batches", "input rows", "quarantined",
-                   "watermark after run (UTC)", "windows emitted", "late groups*", "late flights§", "balanced‡",
-                   "seconds"):
-        table.add_column(column)
+    rows: list[dict] = []
     seen_tags: set[str] = set()
     timing = Table(title="Where each run's time went (seconds)")
     for column in ("interval", "DAG run", "land", "spark start*", "batches", "spark stop",
                    "progress", "audit", "gate", "Airflow†"):
-        timing.add_column(column)
+        timing.add_column(column, min_width=10 if column == "interval" else None, overflow="fold")
     for day in args.days:
         start = pendulum.parse(day, tz="America/New_York")
         end = start.add(days=1)
@@ -159,16 +233,14 @@ def main(argv: list[str] | None = None) -> int:
         seen_tags |= new_tags
         run = summarize_run([r for r in windows.records if r["run_tag"] in new_tags])
         bad = summarize_run([r for r in quarantine.records if r["run_tag"] in new_tags])
-        status = "" if code == 0 else " [red](DAG run failed)"
         ledger = _ledger(locations, next(iter(new_tags), None))
-        table.add_row(
-            f"{start.to_date_string()} → {end.to_date_string()}{status}",
-            ", ".join(map(str, run["batch_ids"])) or "none (no new input)",
-            str(run["input_rows"]), str(bad["quarantined_rows"]),
-            iso_utc(run["last_watermark_ms"]) or "-", str(run["windows_emitted"]),
-            str(run["rows_dropped_by_watermark"]), ledger.get("rows_late", "-"),
-            ledger.get("balance", "-"), f"{seconds:.0f}",
-        )
+        rows.append({
+            "start": start, "end": end, "failed": code != 0, "batch_ids": run["batch_ids"],
+            "input_rows": run["input_rows"], "quarantined": bad["quarantined_rows"],
+            "watermark_ms": run["last_watermark_ms"], "windows": run["windows_emitted"],
+            "late_groups": run["rows_dropped_by_watermark"], "late_flights": ledger.get("rows_late", "-"),
+            "balance": ledger.get("balance", "-"), "seconds": seconds,
+        })
         spent = time_breakdown(env, next(iter(new_tags), ""), [r for r in windows.records if r["run_tag"] in new_tags])
         if spent:
             tasks = sum(spent.get(t, 0.0) for t in ("land", JOB, "collect_progress", "audit_checkpoint", "windows_complete"))
@@ -176,10 +248,10 @@ def main(argv: list[str] | None = None) -> int:
                 "land", "spark start", "micro-batches", "spark stop", "collect_progress", "audit_checkpoint",
                 "windows_complete")), f"{seconds - tasks:.1f}")
         if code != 0:
-            console.print(table)
+            console.print(runs_table(rows, console.width))
             console.print(f"[red]airflow dags test failed (exit {code}); see {log_file}")
             return 1
-    console.print(table)
+    console.print(runs_table(rows, console.width))
     if timing.rows:
         console.print(timing)
         console.print("* spark-submit, JVM and session start, until the first micro-batch of flight_windows began; "
