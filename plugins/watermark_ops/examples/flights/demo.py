@@ -26,6 +26,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any, Sequence
 
 import pendulum
 
@@ -117,12 +118,50 @@ def _compact_instant(ms: int | None) -> str:
     return pendulum.from_timestamp(ms / 1000, tz="UTC").format("MM-DD HH:mm[Z]")
 
 
+def _fitted_table(title: str, headings: Sequence[str], cells: list[list[str]], whole: Sequence[int], narrow: bool,
+                  fixed: bool = True):
+    """A rich table whose every column is as wide as its longest heading word and its longest cell
+    (columns in ``whole``) or cell word (the others): nothing folded mid-word, nothing cut with
+    ``…``; ``fixed=False`` lets rich shrink it (narrower than the narrow form). Returns (table, its
+    width in columns). The narrow form has no vertical lines nor edges (``box.SIMPLE_HEAD``)."""
+    from rich import box
+    from rich.console import Console
+    from rich.measure import Measurement
+    from rich.table import Table
+
+    widths = [
+        max([len(word) for word in heading.split()]
+            + [len(c[i]) if i in whole else max((len(w) for w in c[i].split()), default=0) for c in cells])
+        for i, heading in enumerate(headings)
+    ]
+    table = Table(title=title, box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD, pad_edge=not narrow,
+                  show_edge=not narrow)
+    for i, heading in enumerate(headings):
+        table.add_column(heading, overflow="fold", width=widths[i] if fixed else None,
+                         min_width=None if fixed or i not in whole else widths[i],
+                         justify="left" if i in whole or i == 1 else "right")
+    for row_cells in cells:
+        table.add_row(*(f"[red]{c}[/]" if c == "failed" else c for c in row_cells))
+    measuring = Console(width=10_000, file=io.StringIO())
+    return table, Measurement.get(measuring, measuring.options, table).maximum
+
+
+def _fit(build: Any, width: int):
+    """``build(narrow)`` -> (title, headings, cells, whole): the wide form when it fits ``width``,
+    else the narrow form, else the narrow form shrunk by rich."""
+    for narrow in (False, True):
+        table, needed = _fitted_table(*build(narrow), narrow=narrow)
+        if needed <= width:
+            return table
+    return _fitted_table(*build(True), narrow=True, fixed=False)[0]
+
+
 def runs_table(rows: list[dict], width: int):
     """The demo's table of runs, readable at ``width`` columns: the full table when it fits without
-    breaking a word (about 130 columns), else a narrow form for 80 columns and pipes: the interval
+    breaking a word (about 145 columns), else a narrow form for 80 columns and pipes: the interval
     as its New York start day, the watermark as ``MM-DD HH:mmZ`` (UTC; the data set is all 2013),
-    shorter headings, no seconds (the timing table has them). The interval and watermark cells are
-    never folded nor cut (no ``…``); a long balance folds at its spaces.
+    the balance for the input, late and quarantined counts, no seconds (the timing table has them).
+    The interval, watermark and balance cells are never folded nor cut (no ``…``).
 
     :param rows: one dict per run: ``start``/``end`` (pendulum, the data interval), ``failed``
         (bool), ``batch_ids`` (list of int), ``input_rows``, ``quarantined``, ``windows``,
@@ -131,15 +170,9 @@ def runs_table(rows: list[dict], width: int):
     :param width: the console's width in columns.
     :return: a ``rich.table.Table``.
     """
-    from rich import box
-    from rich.console import Console
-    from rich.measure import Measurement
-    from rich.table import Table
 
-    measuring = Console(width=10_000, file=io.StringIO())
-
-    def build(narrow: bool, fixed: bool) -> tuple[Table, int]:
-        if narrow:  # the balance stands for the input rows, late flights and quarantined
+    def build(narrow: bool):
+        if narrow:
             title = f"{DAG_ID}: one restart of {JOB} per day"
             headings = ("NY day", "batches", "watermark (UTC)", "windows", "late groups*", "balanced‡")
             whole = (0, 2, 5)
@@ -164,27 +197,34 @@ def runs_table(rows: list[dict], width: int):
                               str(row["late_groups"]), row["late_flights"], row["balance"], f"{row['seconds']:.0f}"])
             if row["failed"]:
                 cells.append(["failed"] + [""] * (len(headings) - 1))
-        # Each column as wide as its longest heading word and its longest cell (the interval, watermark and
-        # balance) or cell word (the rest): nothing is folded mid-word, nothing ends in "…".
-        widths = [
-            max([len(word) for word in heading.split()]
-                + [len(c[i]) if i in whole else max((len(w) for w in c[i].split()), default=0) for c in cells])
-            for i, heading in enumerate(headings)
-        ]
-        table = Table(title=title, box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD, pad_edge=not narrow)
-        for i, heading in enumerate(headings):
-            table.add_column(heading, overflow="fold", width=widths[i] if fixed else None,
-                             min_width=None if fixed or i not in whole else widths[i],
-                             justify="left" if i in whole or i == 1 else "right")
-        for row_cells in cells:
-            table.add_row(*(f"[red]{c}[/]" if c == "failed" else c for c in row_cells))
-        return table, Measurement.get(measuring, measuring.options, table).maximum
+        return title, headings, cells, whole
 
-    for narrow in (False, True):
-        table, needed = build(narrow, fixed=True)
-        if needed <= width:
-            return table
-    return build(narrow=True, fixed=False)[0]  # narrower than 80 columns: rich folds what it must
+    return _fit(build, width)
+
+
+#: The timing table's columns after the interval: (heading, key of :func:`time_breakdown`'s result).
+_TIMING = (("DAG run", "DAG run"), ("land", "land"), ("spark start*", "spark start"), ("batches", "micro-batches"),
+           ("spark stop", "spark stop"), ("progress", "collect_progress"), ("audit", "audit_checkpoint"),
+           ("gate", "windows_complete"), ("Airflow†", "Airflow"))
+
+
+def timing_table(rows: list[dict], width: int):
+    """Where each run's time went, in seconds, readable at ``width`` columns (narrow: the interval as
+    its start day ``MM-DD``, two headings shortened).
+
+    :param rows: one dict per run: ``start`` (pendulum) and the seconds under the keys of
+        :data:`_TIMING` (``DAG run``, ``land``, ``spark start``, ..., ``Airflow``).
+    """
+
+    def build(narrow: bool):
+        cells = [[row["start"].format("MM-DD") if narrow else row["start"].to_date_string(),
+                  *(f"{row.get(key, 0.0):.1f}" for _, key in _TIMING)] for row in rows]
+        headings = ("interval", *(h for h, _ in _TIMING))
+        if narrow:  # "batch" and "prog." for "batches" and "progress"
+            headings = ("day", *({"batches": "batch", "progress": "prog."}.get(h, h) for h, _ in _TIMING))
+        return "Where each run's time went (seconds)", headings, cells, (0,)
+
+    return _fit(build, width)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -194,7 +234,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from rich.console import Console
-    from rich.table import Table
 
     console = Console()  # the terminal's width; 80 columns (or $COLUMNS) when piped
     home = runtime_home()
@@ -216,10 +255,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rows: list[dict] = []
     seen_tags: set[str] = set()
-    timing = Table(title="Where each run's time went (seconds)")
-    for column in ("interval", "DAG run", "land", "spark start*", "batches", "spark stop",
-                   "progress", "audit", "gate", "Airflow†"):
-        timing.add_column(column, min_width=10 if column == "interval" else None, overflow="fold")
+    timings: list[dict] = []
     for day in args.days:
         start = pendulum.parse(day, tz="America/New_York")
         end = start.add(days=1)
@@ -244,16 +280,14 @@ def main(argv: list[str] | None = None) -> int:
         spent = time_breakdown(env, next(iter(new_tags), ""), [r for r in windows.records if r["run_tag"] in new_tags])
         if spent:
             tasks = sum(spent.get(t, 0.0) for t in ("land", JOB, "collect_progress", "audit_checkpoint", "windows_complete"))
-            timing.add_row(start.to_date_string(), f"{seconds:.1f}", *(f"{spent.get(k, 0.0):.1f}" for k in (
-                "land", "spark start", "micro-batches", "spark stop", "collect_progress", "audit_checkpoint",
-                "windows_complete")), f"{seconds - tasks:.1f}")
+            timings.append({"start": start, **spent, "DAG run": seconds, "Airflow": seconds - tasks})
         if code != 0:
             console.print(runs_table(rows, console.width))
             console.print(f"[red]airflow dags test failed (exit {code}); see {log_file}")
             return 1
     console.print(runs_table(rows, console.width))
-    if timing.rows:
-        console.print(timing)
+    if timings:
+        console.print(timing_table(timings, console.width))
         console.print("* spark-submit, JVM and session start, until the first micro-batch of flight_windows began; "
                       "batches: its micro-batches; progress, audit, gate: the collect_progress, audit_checkpoint "
                       "and windows_complete tasks; † between and around tasks: `airflow dags test` start-up, "

@@ -47,3 +47,17 @@ def test_runs_table_when_wider_is_the_full_table():
     assert "2013-01-02T02:02:00Z" in text and "2013-01-03T01:56:00Z" in text and "not set yet" in text
     assert "2013-01-01 → 2013-01-02" in text and "2013-03-10 → 2013-03-11" in text
     assert "…" not in text and "seconds" in text and "quarantined" in text
+
+
+def test_timing_table_fits_80_columns():
+    seconds = {"DAG run": 102.2, "land": 21.8, "spark start": 30.4, "micro-batches": 25.5, "spark stop": 0.7,
+               "collect_progress": 0.6, "audit_checkpoint": 0.1, "windows_complete": 0.1, "Airflow": 23.0}
+    rows = [{"start": row["start"], **seconds} for row in _rows()]
+    console = Console(width=80, file=io.StringIO(), no_color=True, force_terminal=False)
+    console.print(demo.timing_table(rows, console.width))
+    text = console.file.getvalue()
+    assert all(len(line) <= 80 for line in text.splitlines()) and "…" not in text
+    assert "Airflow†" in text and "01-01   102.2   21.8" in text
+    wide = Console(width=160, file=io.StringIO(), no_color=True, force_terminal=False)
+    wide.print(demo.timing_table(rows, wide.width))
+    assert "│ 2013-03-10 │ 102.2 │" in wide.file.getvalue()
