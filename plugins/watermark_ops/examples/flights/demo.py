@@ -11,7 +11,10 @@ A manual run of logical date D covers the interval that *ends* at D (Airflow inf
 intervals that way), so the day's interval end is passed as the logical date.
 
 Unless ``--keep`` is given, the demo starts from a fresh landing folder, checkpoint and output
-(under ``$WATERMARK_OPS_HOME``), so that every invocation replays the same days. The Airflow
+(under ``$WATERMARK_OPS_HOME``), so that every invocation replays the same days, and forgets what
+Airflow remembers of the deleted checkpoints (the audit memory and the announced days in the
+asset state store, ``python -m watermark_ops.airflow.memory forget``): otherwise the next audit
+would see a new query id at a remembered checkpoint and fail with ``checkpoint_reset``. The Airflow
 environment (home, DAG and plugin folders, ``spark_default``) defaults to the runtime folder.
 """
 
@@ -109,6 +112,30 @@ def _ledger(locations: dict[str, str], run_tag: str | None) -> dict[str, str]:
     balance = (f"{found['rows_in']} = {found['rows_aggregated']} + {found['rows_late']} + {found['rows_quarantined']}"
                if found["balanced"] else f"NO: {found['problems'][:1] or found['rows_in']}")
     return {"rows_late": str(found["rows_late"]), "balance": balance}
+
+
+def fresh_start(locations: dict[str, str]) -> list[str]:
+    """Delete the job's landing folder, checkpoints (the job's and its quarantine query's), outputs and
+    progress logs; return the checkpoints deleted (what :func:`forget_remembered` must forget)."""
+    checkpoints = [locations["checkpoint"], locations["checkpoint"] + "_quarantine"]
+    for path in (locations["landing"], *checkpoints, locations["output"], locations["output"] + "_quarantine",
+                 locations["output"] + "_late"):
+        shutil.rmtree(path, ignore_errors=True)
+    for path in (locations["progress_log"], progress_log_path(checkpoints[1])):
+        Path(path).unlink(missing_ok=True)
+    return checkpoints
+
+
+def forget_remembered(checkpoints: list[str], env: dict[str, str], log_file: Path) -> tuple[int, str]:
+    """Forget the audit memory and announced partitions of ``checkpoints`` in Airflow's metadata DB,
+    with the keys the operators use (``python -m watermark_ops.airflow.memory forget``, in Airflow's
+    environment ``env``); returns (exit code, its last output line). Run after ``airflow db migrate``."""
+    command = [sys.executable, "-m", "watermark_ops.airflow.memory", "forget", *checkpoints]
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    with open(log_file, "a") as handle:
+        handle.write(f"\n$ {' '.join(command)}\n{done.stdout}{done.stderr}")
+    lines = done.stdout.strip().splitlines()
+    return done.returncode, lines[-1] if lines else ""
 
 
 def _compact_instant(ms: int | None) -> str:
@@ -239,12 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     home = runtime_home()
     home.mkdir(parents=True, exist_ok=True)
     locations = job_locations(JOB)
-    if not args.keep:
-        for path in (locations["landing"], locations["checkpoint"], locations["checkpoint"] + "_quarantine",
-                     locations["output"], locations["output"] + "_quarantine", locations["output"] + "_late"):
-            shutil.rmtree(path, ignore_errors=True)
-        for path in (locations["progress_log"], progress_log_path(locations["checkpoint"] + "_quarantine")):
-            Path(path).unlink(missing_ok=True)
+    deleted = [] if args.keep else fresh_start(locations)
     env = airflow_environment()
     log_file = home / "demo.log"
     console.print(f"Runtime folder: {home}   (Airflow and Spark output: {log_file})")
@@ -252,6 +274,12 @@ def main(argv: list[str] | None = None) -> int:
     if _airflow(["db", "migrate"], env, log_file) != 0:
         console.print(f"[red]airflow db migrate failed, see {log_file}")
         return 1
+    if deleted:
+        code, summary = forget_remembered(deleted, env, log_file)
+        if code != 0:
+            console.print(f"[red]could not forget the deleted checkpoints' memories, see {log_file}")
+            return 1
+        console.print(f"Fresh start: {summary}")
 
     rows: list[dict] = []
     seen_tags: set[str] = set()
