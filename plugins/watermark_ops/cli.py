@@ -9,6 +9,7 @@ Subcommands (this module owns every one of them: arguments here, the work in
                          [--max-partition-skew PT2H|none]
     watermark-ops lateness CHECKPOINT [--json] [--landing DIR ...] [--event-time-field F]
     watermark-ops late CHECKPOINT [--json] [--sink DIR] [--batch N ...]
+    watermark-ops accept-reset CHECKPOINT --why TEXT --state FILE [--by NAME] [--json]
 
 ``audit`` prints a table of the batches (batch id, watermark as ISO-8601 UTC and ms, change from
 the previous batch, batch time, committed or in flight), a line between the batches an earlier
@@ -41,6 +42,14 @@ every batch was replayed, or when the batches left out only lack a progress reco
 batch could be replayed (the message says why, e.g. no progress record with a ``late_rule``: the
 job does not use the recorder), when a file it needs cannot be read (the message names it) or a
 source cannot be replayed (not a file source).
+
+``accept-reset`` records in the state file (``--state``, also ``--memory``; the file ``audit
+--state`` uses) that the checkpoint was reset on purpose: the remembered query id replaced by
+the one its ``metadata`` has now, by whom (``--by``, default the login name), when and why
+(:func:`watermark_ops.core.memory.accept_reset`). The next ``audit --state`` reports that reset as
+``reset_accepted`` (info) instead of failing with ``checkpoint_reset``; a reset to any other query
+id still fails. Exit 0 when recorded; 2 when there is nothing to accept (no remembered audit, no
+query id yet, the same query id) or the state file is malformed.
 
 Each subcommand imports the core modules it needs when it runs (``audit`` loads neither the stall
 classification, the lateness report nor pendulum), and the status flags' default durations are
@@ -75,6 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
          _lateness_arguments, _lateness),
         ("late", "every row the watermark dropped, recovered from the checkpoint and the landed files",
          _late_arguments, _late),
+        ("accept-reset", "record that a checkpoint was reset on purpose, so the next audit accepts its new query id",
+         _accept_reset_arguments, _accept_reset),
     ):
         sub = subparsers.add_parser(name, help=help_text, description=help_text,
                                     formatter_class=_LazyHelpFormatter)
@@ -117,6 +128,39 @@ def _audit(args: argparse.Namespace) -> int:
     else:
         render.print_audit_report(report, render.terminal_console(), limit=args.limit)
     return report.exit_code
+
+
+def _accept_reset_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("checkpoint", help="checkpoint folder: local path or fsspec URL (s3://, gs://, ...)")
+    parser.add_argument("--why", required=True, metavar="TEXT",
+                        help="why the reset is accepted: a ticket, what was deleted and why")
+    parser.add_argument("--state", "--memory", dest="state", required=True, metavar="FILE",
+                        help="the JSON state file the audits remember the head in (audit --state)")
+    parser.add_argument("--by", metavar="NAME", help="who accepts (default: the login name)")
+    parser.add_argument("--json", action="store_true", help="print the remembered head as one JSON object")
+
+
+def _accept_reset(args: argparse.Namespace) -> int:
+    import getpass
+
+    from watermark_ops.core.checkpoint import read_checkpoint
+    from watermark_ops.core.memory import MemoryFormatError, ResetAcceptanceError, StateFileMemory, accept_reset
+
+    checkpoint = read_checkpoint(args.checkpoint, newest=1)
+    try:
+        head = accept_reset(StateFileMemory(args.state), args.checkpoint, checkpoint.query_id, why=args.why,
+                            by=args.by or getpass.getuser())
+    except (ResetAcceptanceError, MemoryFormatError) as exc:
+        print(f"watermark-ops: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(head.to_dict()))
+        return 0
+    acceptance = head.accepted_reset
+    print(f"checkpoint {args.checkpoint}: reset from query id {acceptance.from_query_id} (head batch "
+          f"{head.head_batch_id}, watermark {render.watermark_text(head.watermark_ms)}) to {acceptance.to_query_id} "
+          f"{acceptance.describe()}; recorded in {args.state}, the next audit reports it as reset_accepted")
+    return 0
 
 
 # --------------------------------------------------------------------------------------------

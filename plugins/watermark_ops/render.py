@@ -31,7 +31,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from watermark_ops.core.rules import ERROR, INFO, WARNING
-from watermark_ops.core.times import duration_ms, duration_words, iso_utc
+from watermark_ops.core.times import duration_ms, duration_text, iso_utc, watermark_text
 
 if TYPE_CHECKING:  # annotations only: the modules are imported where they are drawn
     from watermark_ops.core.audit import AuditReport
@@ -50,6 +50,7 @@ __all__ = [
     "print_lateness_report",
     "print_status",
     "signed_duration",
+    "watermark_text",
     "status_document",
     "terminal_console",
     "text_console",
@@ -91,20 +92,9 @@ def text_console(width: int = 160):
 
 
 def signed_duration(ms: int | None) -> str:
-    """A signed duration in ms, compact: ``+1h 54m``, ``-5s``, ``0``; empty for None."""
-    if ms is None:
-        return ""
-    if ms == 0:
-        return "0"
-    sign, rest = ("+" if ms > 0 else "-"), abs(ms)
-    parts = []
-    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
-        if rest >= size:
-            parts.append(f"{rest // size}{unit}")
-            rest %= size
-    if rest or not parts:
-        parts.append(f"{rest}ms")
-    return sign + " ".join(parts[:2])
+    """A signed duration in ms, compact (:func:`~watermark_ops.core.times.duration_text`):
+    ``+1 h 54 min``, ``-5 s``, ``0``; empty for None."""
+    return "" if ms is None else duration_text(ms, signed=True)
 
 
 # --------------------------------------------------------------------------------------------
@@ -132,12 +122,12 @@ def _audit_batches_table(report: AuditReport, limit: int):
             commit = "committed"
         else:
             commit = "[yellow]no commit[/]" if record.has_offsets else "[yellow]no offsets[/]"
-        change = None
-        if record.watermark_ms is not None and previous is not None:
+        change = None  # no change from an unset watermark (0): its first value is not a move
+        if record.watermark_ms is not None and previous:
             change = record.watermark_ms - previous
         table.add_row(
             str(record.batch_id),
-            iso_utc(record.watermark_ms) or "?",
+            watermark_text(record.watermark_ms),
             "?" if record.watermark_ms is None else str(record.watermark_ms),
             f"[red]{signed_duration(change)}[/]" if change is not None and change < 0 else signed_duration(change),
             iso_utc(record.timestamp_ms) or "?",
@@ -170,7 +160,7 @@ def print_audit_report(report: AuditReport, console: Any, limit: int = DEFAULT_L
         added = (f"batches {report.added_batch_ids[0]}..{report.added_batch_ids[-1]} added since"
                  if report.added_batch_ids else "no batch added since")
         console.print(f"{added} the audit of {iso_utc(report.remembered.audited_at_ms)} "
-                      f"(head {report.remembered.head_batch_id}, watermark {iso_utc(report.remembered.watermark_ms)})")
+                      f"(head {report.remembered.head_batch_id}, watermark {watermark_text(report.remembered.watermark_ms, 'unknown')})")
     if report.findings:
         findings = Table(title="Findings", title_justify="left")
         for column in ("severity", "rule", "batch", "file", "message"):
@@ -183,7 +173,7 @@ def print_audit_report(report: AuditReport, console: Any, limit: int = DEFAULT_L
     else:
         console.print("No findings.")
     watermark = ("unknown" if report.watermark_ms is None
-                 else f"{iso_utc(report.watermark_ms)} ({report.watermark_ms} ms)")
+                 else f"{watermark_text(report.watermark_ms)} ({report.watermark_ms} ms)")
     in_flight = "none" if report.in_flight_batch_id is None else str(report.in_flight_batch_id)
     console.print(f"next batch starts from watermark {watermark}; in flight: {in_flight}")
     console.print(f"status [{_STATUS_STYLE[report.status]}]{report.status}[/] (exit {report.exit_code})")
@@ -235,7 +225,7 @@ def print_status(status: CheckpointStatus, console: Any) -> None:
 
 
 def _words(delta: Any) -> str:
-    return duration_words(duration_ms(delta))
+    return duration_text(duration_ms(delta))
 
 
 def _thresholds_line(t: Thresholds) -> str:
@@ -249,13 +239,13 @@ def _thresholds_line(t: Thresholds) -> str:
 def _evidence_rows(c: Classification) -> list[tuple[str, str]]:
     head, data = c.latest_batch, c.latest_data_batch
     rows = [
-        ("current watermark", f"{iso_utc(c.watermark_ms) or 'none'} ({c.watermark_ms} ms)"),
+        ("current watermark", f"{watermark_text(c.watermark_ms, 'none')} ({c.watermark_ms} ms)"),
         ("emitted through", f"{iso_utc(c.emitted_through_ms) or 'none'}"),
         ("latest batch", f"{head.batch_id} at {iso_utc(head.timestamp_ms)}" + ("" if head.committed else " (in flight)")
          if head else "none"),
         ("latest data batch", f"{data.batch_id} at {iso_utc(data.timestamp_ms)}" if data else "none"),
-        ("lag (latest batch - watermark)", duration_words(c.lag_ms)),
-        ("idle (evaluated at - latest data batch)", duration_words(c.idle_ms)),
+        ("lag (latest batch - watermark)", duration_text(c.lag_ms)),
+        ("idle (evaluated at - latest data batch)", duration_text(c.idle_ms)),
         ("last move", f"batch {c.last_move['batch_id']}: {iso_utc(c.last_move['from_ms'])} -> {iso_utc(c.last_move['to_ms'])}"
          if c.last_move else f"none {(c.history or {}).get('scope', 'in the retained logs')}"),
         ("data batches since", ", ".join(str(b.batch_id) for b in c.flat_data_batches) or "none"),
@@ -300,8 +290,8 @@ def _partition_rows(skew: Any) -> list[tuple[str, str]]:
             text = "no row in the batches read"
         else:
             gap = ("leader" if p.partition == skew.leader
-                   else f"{duration_words(p.behind_leader_ms)} behind the leader {skew.leader}")
-            over = (f" (over max partition skew {duration_words(skew.max_partition_skew_ms)})"
+                   else f"{duration_text(p.behind_leader_ms)} behind the leader {skew.leader}")
+            over = (f" (over max partition skew {duration_text(skew.max_partition_skew_ms)})"
                     if p.partition in trailing else "")
             text = (f"newest event time {iso_utc(p.event_time_max_ms)} (batch {p.max_batch_id}), {gap}{over}; "
                     f"last rows in batch {p.last_data_batch_id}")
@@ -337,11 +327,7 @@ def print_classification(c: Classification, console: Any) -> None:
 
 
 def _lateness_duration(ms: int | None) -> str:
-    if ms is None:
-        return "-"
-    from watermark_ops.core.lateness import spark_interval
-
-    return spark_interval(ms) if ms else "0"
+    return "-" if ms is None else duration_text(ms)
 
 
 def _percent(rate: float | None) -> str:
@@ -427,7 +413,7 @@ def print_late_ledger(ledger: LateLedger, console: Any) -> None:
             continue
         behind = batch["behind_leader_before_ms"] or {}
         origins = ", ".join(
-            f"{name} {rows}" + (f" (trailed {signed_duration(behind[name])[1:]})" if behind.get(name) else "")
+            f"{name} {rows}" + (f" (trailed {duration_text(behind[name])})" if behind.get(name) else "")
             for name, rows in batch["late_by_origin"].items())
         table.add_row(
             str(batch["batch_id"]), str(batch["rows_read"]),

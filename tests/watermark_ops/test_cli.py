@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -37,7 +38,7 @@ def test_audit_table_of_a_real_checkpoint(capsys, history, tmp_path):
     for column in ("batch", "watermark (UTC)", "watermark ms", "change", "batch time (UTC)", "commit"):
         assert column in out
     assert iso_utc(watermark) in out and str(watermark) in out
-    assert "+54m" in out  # batch 3: the watermark moved by 54 minutes after run 2's data batch
+    assert "+54 min" in out  # batch 3: the watermark moved by 54 minutes after run 2's data batch
     assert out.count("committed") == 7
     assert "No findings." in out and "status ok (exit 0)" in out
     # The second audit remembers: nothing was added since.
@@ -133,11 +134,11 @@ def test_console_script_and_python_m(history):
     assert by_module.returncode == 0 and json.loads(by_module.stdout)["status"] == "ok"
 
 
-def test_the_four_subcommands_and_their_help(capsys):
+def test_the_subcommands_and_their_help(capsys):
     with pytest.raises(SystemExit) as exited:
         cli.main(["nonsense"])
     assert exited.value.code == 2
-    assert "(choose from 'audit', 'status', 'lateness', 'late')" in capsys.readouterr().err
+    assert "(choose from 'audit', 'status', 'lateness', 'late', 'accept-reset')" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exited:
         cli.main(["status", "--help"])
     assert exited.value.code == 0 and "--max-lag" in capsys.readouterr().out
@@ -212,7 +213,7 @@ def test_late_table_json_and_sink(capsys, tmp_path):
     assert code == 0
     for column in ("batch", "late", "watermark missed (UTC)", "worst lateness", "late per origin", "Spark's count"):
         assert column in out
-    assert iso_utc(lf.WATERMARK_1) in out and "EWR 2, JFK 1, LGA 1" in out and "1 hours" in out
+    assert iso_utc(lf.WATERMARK_1) in out and "EWR 2, JFK 1, LGA 1" in out and "1 h" in out
     assert "6 late rows of" in out and "wrote 3 files" in out
     assert "allowMultiple=false: late rows are filtered with the batch's own watermark" in " ".join(out.split())
     assert sorted(p.name for p in (tmp_path / "late").iterdir()) == ["batch=0.jsonl", "batch=1.jsonl", "batch=2.jsonl"]
@@ -262,3 +263,34 @@ def test_late_exits_2_when_no_batch_has_a_late_rule_and_0_when_some_do(capsys, t
     code, out, err = run(capsys, "late", checkpoint)
     assert code == 0 and "no progress record with a late_rule for batches 0 " in err
     assert "no batch could be replayed" not in err and "late rows of" in out
+
+
+def test_accept_reset_then_audit_passes_and_reports_it(capsys, tmp_path):
+    root, state = tmp_path / "cp", tmp_path / "state.json"
+    old_id, new_id = "7d1b2a3c-0000-4000-8000-00000000000a", "7d1b2a3c-0000-4000-8000-00000000000b"
+    cf.handmade_checkpoint(str(root), [(0, 5000), (5000, 9000)], query_id=old_id)
+    code, out, err = run(capsys, "accept-reset", root, "--why", "OPS-7", "--state", state)
+    assert code == 2 and "no audit is remembered" in err
+    assert run(capsys, "audit", root, "--state", state)[0] == 0
+
+    shutil.rmtree(root)  # deleted on purpose; the query started again with a new id
+    cf.handmade_checkpoint(str(root), [(0, 3000)], query_id=new_id)
+    code, out, err = run(capsys, "accept-reset", root, "--why", "OPS-7: state schema changed", "--by", "ana",
+                         "--memory", state)
+    assert code == 0, err
+    assert f"reset from query id {old_id}" in out and f"to {new_id} accepted by ana at " in out
+    assert json.loads(state.read_text())["checkpoints"][str(root)]["accepted_reset"]["why"] == "OPS-7: state schema changed"
+
+    code, out, _ = run(capsys, "audit", root, "--state", state, "--json")
+    report = json.loads(out)
+    assert code == 0 and report["status"] == "ok"
+    assert [(f["rule"], f["severity"]) for f in report["findings"]] == [("reset_accepted", "info")]
+    assert "accepted by ana" in report["findings"][0]["message"]
+    code, out, err = run(capsys, "accept-reset", root, "--why", "again", "--state", state)
+    assert code == 2 and "no reset to accept" in err
+
+    # A reset to yet another query id is not hidden by the acceptance of the previous one.
+    shutil.rmtree(root)
+    cf.handmade_checkpoint(str(root), [(0, 1000)], query_id="7d1b2a3c-0000-4000-8000-00000000000c")
+    code, out, _ = run(capsys, "audit", root, "--state", state)
+    assert code == 1 and "checkpoint_reset" in out and "status violation" in out

@@ -20,10 +20,28 @@ BASE_MS = 1_700_000_000_000  # the hand-made batches' first batchTimestampMs (on
 
 def test_signed_duration():
     assert render.signed_duration(None) == "" and render.signed_duration(0) == "0"
-    assert render.signed_duration(6_840_000) == "+1h 54m"
-    assert render.signed_duration(-5000) == "-5s"
-    assert render.signed_duration(90_061_001) == "+1d 1h"
-    assert render.signed_duration(7) == "+7ms"
+    assert render.signed_duration(6_840_000) == "+1 h 54 min"
+    assert render.signed_duration(-5000) == "-5 s"
+    assert render.signed_duration(90_061_001) == "+1 d 1 h"
+    assert render.signed_duration(7) == "+7 ms"
+
+
+def test_watermark_text_says_not_set_yet_for_spark_s_zero():
+    assert render.watermark_text(0) == "not set yet"
+    assert render.watermark_text(None) == "?" and render.watermark_text(None, "unknown") == "unknown"
+    assert render.watermark_text(1_357_092_120_000) == "2013-01-02T02:02:00Z"
+
+
+def test_audit_table_has_no_1970_and_no_change_from_the_unset_watermark(tmp_path):
+    # Batch 0 runs with Spark's unset watermark (0); batch 1 is the first with one (2013-01-02T02:02Z).
+    root = tmp_path / "cp"
+    cf.handmade_checkpoint(str(root), [(0, 1_357_092_120_000), (1_357_092_120_000, 1_357_092_120_000)])
+    text = render.audit_report_text(run_audit(str(root)), width=400)
+    batch_rows = [line for line in text.splitlines() if line.startswith("│ ") and "committed" in line]
+    assert len(batch_rows) == 2
+    assert "not set yet" in batch_rows[0] and "1970-01-01" not in text
+    assert "2013-01-02T02:02:00Z" in batch_rows[1]
+    assert "+" not in batch_rows[1]  # no "+15707 d 2 h" from the unset watermark
 
 
 def test_audit_text_is_the_table_without_colour(tmp_path):
@@ -32,7 +50,7 @@ def test_audit_text_is_the_table_without_colour(tmp_path):
     text = render.audit_report_text(run_audit(str(root)), limit=2, width=400)  # wide: no folded paths
     assert "\x1b[" not in text  # plain text for task logs
     assert "Batches (3 in the logs)" in text and "(1 earlier batches not shown; --limit 0 shows all)" in text
-    assert "-3s" in text  # batch 2's watermark went back from 5000 to 2000 ms
+    assert "-3 s" in text  # batch 2's watermark went back from 5000 to 2000 ms
     assert "watermark_regressed" in text and f"{root}/offsets/2" in text
     assert "status violation (exit 1)" in text
 
@@ -66,5 +84,5 @@ def test_lateness_tables(checkpoint_with_log):
     render.print_lateness_report(lateness_report(checkpoint, [landing]), console)
     text = console.export_text()
     assert "Rows dropped by the watermark per run" in text
-    assert "day2" in text and "1.2 %" in text and "2 hours 1 milliseconds" in text
+    assert "day2" in text and "1.2 %" in text and "p99 2 h, max 2 h;" in " ".join(text.split())
     assert "progress log:" in text

@@ -16,7 +16,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from watermark_ops.airflow.memory import AssetStateStoreMemory
 from watermark_ops.airflow.registry import add_registry_inlet, register_checkpoint
 from watermark_ops.core.audit import run_audit
-from watermark_ops.core.memory import MemoryFormatError
+from watermark_ops.core.memory import MemoryFormatError, ResetAcceptanceError, accept_reset
 from watermark_ops.core.rules import ERROR, INFO, WARNING
 from watermark_ops.render import DEFAULT_LIMIT, audit_report_text
 
@@ -39,7 +39,17 @@ class WatermarkAuditOperator(BaseOperator):
       in soft mode it only logs the errors as warnings and succeeds;
     * unreadable checkpoint or file (and nothing violated): the task fails with retries
       (``AirflowException``: storage may be back on the next try); soft mode warns;
-    * warnings are logged, info findings (the in-flight batch) too.
+    * warnings are logged, info findings (the in-flight batch, an accepted reset) too.
+
+    A deliberate checkpoint reset (the checkpoint deleted and the query started again: a new query
+    id in ``metadata``) is a ``checkpoint_reset`` violation unless it was accepted beforehand. With
+    ``accept_reset`` (the reason, e.g. ``"OPS-123: checkpoint deleted after a state schema
+    change"``), the task first records in the memory that the change from the remembered query id
+    to the one the checkpoint has now is accepted (:func:`watermark_ops.core.memory.accept_reset`;
+    by: the DAG run's triggering user and the task), then audits: the reset is reported as
+    ``reset_accepted`` (info) and the audit passes. Give it per run (a Param or ``dag_run.conf``,
+    it is templated), not as a constant: every reset the task sees while it is set is accepted.
+    With no reset to accept (same query id, nothing remembered), it only logs that.
 
     :param checkpoint: the checkpoint folder, a local path or fsspec URL (templated).
     :param memory_asset: the asset whose state store keeps the remembered head (added to the
@@ -47,14 +57,16 @@ class WatermarkAuditOperator(BaseOperator):
     :param soft: soft mode: never fail on findings, only warn.
     :param storage_options: fsspec storage options for the checkpoint's filesystem.
     :param table_limit: the newest batches shown in the log table (0: all).
+    :param accept_reset: the reason a checkpoint reset seen by this run is accepted (templated);
+        None or empty: none is.
     """
 
-    template_fields: Sequence[str] = ("checkpoint",)
+    template_fields: Sequence[str] = ("checkpoint", "accept_reset")
     ui_color = "#e8f4fd"
 
     def __init__(self, *, checkpoint: str, memory_asset: Asset | None = AUDIT_MEMORY_ASSET, soft: bool = False,
                  storage_options: dict[str, Any] | None = None, table_limit: int = DEFAULT_LIMIT,
-                 **kwargs: Any) -> None:
+                 accept_reset: str | None = None, **kwargs: Any) -> None:
         if memory_asset is not None:
             outlets = list(kwargs.pop("outlets", None) or [])
             if memory_asset not in outlets:
@@ -67,6 +79,26 @@ class WatermarkAuditOperator(BaseOperator):
         self.soft = soft
         self.storage_options = storage_options
         self.table_limit = table_limit
+        self.accept_reset = accept_reset
+
+    def _accept_reset(self, memory: AssetStateStoreMemory, context: Any) -> None:
+        """Record the acceptance of the reset to the checkpoint's current query id (see the class docstring)."""
+        from watermark_ops.core.checkpoint import read_checkpoint
+
+        query_id = read_checkpoint(self.checkpoint, storage_options=self.storage_options, newest=1).query_id
+        ti = context["ti"]
+        by = f"{ti.dag_id}/{ti.run_id}/{ti.task_id}"
+        user = getattr(context.get("dag_run"), "triggering_user_name", None)
+        if user:
+            by = f"{user} via {by}"
+        try:
+            head = accept_reset(memory, self.checkpoint, query_id, why=str(self.accept_reset), by=by)
+        except ResetAcceptanceError as exc:
+            self.log.info("accept_reset given, nothing to accept: %s", exc)
+            return
+        acceptance = head.accepted_reset
+        self.log.warning("checkpoint reset of %s accepted: query id %s -> %s, %s", self.checkpoint,
+                         acceptance.from_query_id, acceptance.to_query_id, acceptance.describe())
 
     def execute(self, context) -> dict[str, Any]:
         register_checkpoint(context, self.checkpoint, asset=self.memory_asset)
@@ -74,6 +106,8 @@ class WatermarkAuditOperator(BaseOperator):
         if self.memory_asset is not None:
             memory = AssetStateStoreMemory(context["asset_state_store"][self.memory_asset])
         try:
+            if memory is not None and self.accept_reset and str(self.accept_reset).strip():
+                self._accept_reset(memory, context)
             report = run_audit(self.checkpoint, memory, storage_options=self.storage_options)
         except MemoryFormatError as exc:
             raise AirflowFailException(f"audit memory of {self.checkpoint} is malformed: {exc}") from exc

@@ -10,6 +10,16 @@ evidence left that the watermark never went back. After each audit the head is r
   were deleted or an old copy restored (``rewound``);
 * ``watermark_ms``: the watermark the next batch starts from (epoch ms UTC); a later batch below
   it means the watermark went back (``watermark_regressed``).
+* ``accepted_reset`` (only when recorded): a deliberate checkpoint reset someone accepted
+  (:func:`accept_reset`; :class:`ResetAcceptance`: who, when, why, the old and the new query id).
+  The next audit that sees exactly that change of query id reports it as ``reset_accepted``
+  (info) instead of ``checkpoint_reset`` (error); a change to any other query id is still an
+  error. The record is kept while the checkpoint keeps the accepted query id.
+
+Deliberately replacing a checkpoint is an ordinary repair (Spark's advice for an incompatible
+query change or a corrupt state store is often to delete the checkpoint and start again): accept
+it with ``watermark-ops accept-reset CHECKPOINT --why TEXT --state FILE`` or the audit operator's
+``accept_reset``, instead of editing the memory by hand.
 
 Two places to keep it, both behind the same two methods (``load(location)``, ``save(location, head)``):
 
@@ -18,7 +28,8 @@ Two places to keep it, both behind the same two methods (``load(location)``, ``s
 
       {"version": 1,
        "checkpoints": {"/abs/path/to/checkpoint": {"query_id": "...", "head_batch_id": 41,
-                        "watermark_ms": 1357047180000, "audited_at_ms": 1795265536436}}}
+                        "watermark_ms": 1357047180000, "audited_at_ms": 1795265536436,
+                        "accepted_reset": {...}}}}      # only after an accept-reset
 
 * ``AssetStateStoreMemory`` (:mod:`watermark_ops.airflow.memory`, the Airflow face): Airflow 3.3's
   asset state store (AIP-103). One key per checkpoint: ``watermark_audit:<location>``.
@@ -32,16 +43,20 @@ import contextlib
 import json
 import os
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterator, Protocol
 
 from watermark_ops.core.jsontext import loads
+from watermark_ops.core.times import iso_utc, now_ms
 
 __all__ = [
     "AuditMemory",
     "MemoryFormatError",
     "RememberedHead",
+    "ResetAcceptance",
+    "ResetAcceptanceError",
     "StateFileMemory",
+    "accept_reset",
     "memory_key",
 ]
 
@@ -52,6 +67,63 @@ class MemoryFormatError(ValueError):
     """A remembered head (state file or store value) that is not what this module writes; names its source."""
 
 
+class ResetAcceptanceError(ValueError):
+    """An acceptance of a checkpoint reset that cannot be recorded: nothing remembered, no new query
+    id, the query id unchanged, or no reason given. The message says which."""
+
+
+@dataclass(frozen=True)
+class ResetAcceptance:
+    """Someone's acceptance of a deliberate checkpoint reset: the query id ``from_query_id`` (what the
+    memory remembers) replaced by ``to_query_id`` (the checkpoint's new ``metadata`` id,
+    ``StreamMetadata.scala``).
+
+    :ivar from_query_id: the remembered (old) query id; None if the old checkpoint had none.
+    :ivar to_query_id: the new query id the acceptance is for; no other id is accepted.
+    :ivar by: who accepted (a name, or the Airflow task that recorded it).
+    :ivar why: the reason, e.g. a ticket: ``"OPS-123: checkpoint deleted after a state schema change"``.
+    :ivar at_ms: when it was recorded (epoch ms UTC).
+    """
+
+    from_query_id: str | None
+    to_query_id: str
+    by: str
+    why: str
+    at_ms: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"from_query_id", "to_query_id", "by", "why", "at_ms", "at"}`` (``at``: ISO-8601 UTC)."""
+        return {"from_query_id": self.from_query_id, "to_query_id": self.to_query_id, "by": self.by,
+                "why": self.why, "at_ms": self.at_ms, "at": iso_utc(self.at_ms)}
+
+    @classmethod
+    def from_dict(cls, value: Any, source: str) -> ResetAcceptance:
+        """Parse :meth:`to_dict`'s shape (``at`` is informative and ignored).
+
+        :raises MemoryFormatError: naming ``source`` and the field that is wrong.
+        """
+        if not isinstance(value, dict):
+            raise MemoryFormatError(f"{source}: accepted_reset must be an object with from_query_id, to_query_id, "
+                                    f"by, why, at_ms, got {value!r}")
+        for key in ("to_query_id", "by", "why"):
+            if not isinstance(value.get(key), str):
+                raise MemoryFormatError(f"{source}: accepted_reset.{key} must be a string, got {value.get(key)!r}")
+        if value.get("from_query_id") is not None and not isinstance(value["from_query_id"], str):
+            raise MemoryFormatError(f"{source}: accepted_reset.from_query_id must be a string or null, "
+                                    f"got {value['from_query_id']!r}")
+        if isinstance(value.get("at_ms"), bool) or not isinstance(value.get("at_ms"), int):
+            raise MemoryFormatError(f"{source}: accepted_reset.at_ms must be an integer, got {value.get('at_ms')!r}")
+        return cls(value.get("from_query_id"), value["to_query_id"], value["by"], value["why"], value["at_ms"])
+
+    def covers(self, remembered_query_id: str | None, query_id: str | None) -> bool:
+        """True when this acceptance is for exactly the change ``remembered_query_id`` -> ``query_id``."""
+        return query_id is not None and self.to_query_id == query_id and self.from_query_id == remembered_query_id
+
+    def describe(self) -> str:
+        """``accepted by <by> at <ISO-8601 UTC>: <why>``, for findings and logs."""
+        return f"accepted by {self.by} at {iso_utc(self.at_ms)}: {self.why}"
+
+
 @dataclass(frozen=True)
 class RememberedHead:
     """What an audit remembers about a checkpoint.
@@ -60,17 +132,31 @@ class RememberedHead:
     :ivar head_batch_id: the latest batch id in the offset log.
     :ivar watermark_ms: the watermark the next batch starts from (epoch ms UTC).
     :ivar audited_at_ms: when the audit ran (epoch ms UTC).
+    :ivar accepted_reset: an accepted checkpoint reset (:func:`accept_reset`), None if none.
     """
 
     query_id: str | None
     head_batch_id: int
     watermark_ms: int
     audited_at_ms: int
+    accepted_reset: ResetAcceptance | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"query_id", "head_batch_id", "watermark_ms", "audited_at_ms"}``, JSON-ready."""
-        return {"query_id": self.query_id, "head_batch_id": self.head_batch_id,
-                "watermark_ms": self.watermark_ms, "audited_at_ms": self.audited_at_ms}
+        """``{"query_id", "head_batch_id", "watermark_ms", "audited_at_ms"}``, JSON-ready, plus
+        ``"accepted_reset"`` (:meth:`ResetAcceptance.to_dict`) when one is recorded."""
+        document = {"query_id": self.query_id, "head_batch_id": self.head_batch_id,
+                    "watermark_ms": self.watermark_ms, "audited_at_ms": self.audited_at_ms}
+        if self.accepted_reset is not None:
+            document["accepted_reset"] = self.accepted_reset.to_dict()
+        return document
+
+    def keeping_acceptance(self, previous: RememberedHead | None) -> RememberedHead:
+        """This head, carrying ``previous``'s accepted reset while the query id is the accepted one
+        (so the memory keeps who accepted the reset the current query started from)."""
+        acceptance = previous.accepted_reset if previous is not None else None
+        if self.accepted_reset is None and acceptance is not None and acceptance.to_query_id == self.query_id:
+            return replace(self, accepted_reset=acceptance)
+        return self
 
     @classmethod
     def from_dict(cls, value: Any, source: str) -> RememberedHead:
@@ -87,7 +173,9 @@ class RememberedHead:
                 raise MemoryFormatError(f"{source}: {key} must be an integer, got {value.get(key)!r}")
         if value.get("query_id") is not None and not isinstance(value["query_id"], str):
             raise MemoryFormatError(f"{source}: query_id must be a string or null, got {value['query_id']!r}")
-        return cls(value.get("query_id"), value["head_batch_id"], value["watermark_ms"], value["audited_at_ms"])
+        acceptance = value.get("accepted_reset")
+        return cls(value.get("query_id"), value["head_batch_id"], value["watermark_ms"], value["audited_at_ms"],
+                   None if acceptance is None else ResetAcceptance.from_dict(acceptance, source))
 
 
 class AuditMemory(Protocol):
@@ -98,6 +186,47 @@ class AuditMemory(Protocol):
 
     def save(self, location: str, head: RememberedHead) -> None:
         """Remember ``head`` for the checkpoint at ``location``."""
+
+
+def accept_reset(memory: AuditMemory, location: str, query_id: str | None, *, why: str, by: str,
+                 at_ms: int | None = None) -> RememberedHead:
+    """Record in ``memory`` that the checkpoint at ``location`` was reset on purpose: its remembered
+    query id replaced by ``query_id``. The remembered head is kept as it is (the old query's last
+    batch and watermark, for the record), with a :class:`ResetAcceptance` added; the next audit
+    that sees exactly this change reports ``reset_accepted`` (info), not ``checkpoint_reset``.
+
+    :param memory: a :class:`StateFileMemory` or ``AssetStateStoreMemory``.
+    :param location: the checkpoint (the memory's key).
+    :param query_id: the checkpoint's new query id (its ``metadata``, ``StreamMetadata.scala``):
+        the only id the acceptance is for.
+    :param why: the reason, not empty (a ticket, what was deleted and why).
+    :param by: who accepts, not empty.
+    :param at_ms: when (epoch ms UTC), default now.
+    :return: the head now remembered.
+    :raises ResetAcceptanceError: nothing remembered for ``location`` (no reset to accept: the next
+        audit starts the memory), no ``query_id`` (no ``metadata`` yet: start the query first),
+        ``query_id`` equal to the remembered one (no reset), or an empty ``why``/``by``.
+    :raises MemoryFormatError: the memory holds something malformed (nothing is written).
+    """
+    if not (why or "").strip():
+        raise ResetAcceptanceError(f"{location}: say why the reset is accepted (a ticket, what was deleted and why)")
+    if not (by or "").strip():
+        raise ResetAcceptanceError(f"{location}: say who accepts the reset")
+    remembered = memory.load(location)
+    if remembered is None:
+        raise ResetAcceptanceError(f"{location}: no audit is remembered for this checkpoint, so there is no reset "
+                                   f"to accept (the next audit starts the memory)")
+    if query_id is None:
+        raise ResetAcceptanceError(f"{location}: no query id (no readable metadata file): start the new query "
+                                   f"first, then accept the reset to the query id it writes")
+    if query_id == remembered.query_id:
+        raise ResetAcceptanceError(f"{location}: the query id is still {query_id}, the one the audit of "
+                                   f"{iso_utc(remembered.audited_at_ms)} remembered: there is no reset to accept")
+    acceptance = ResetAcceptance(remembered.query_id, query_id, by.strip(), why.strip(),
+                                 now_ms() if at_ms is None else at_ms)
+    head = replace(remembered, accepted_reset=acceptance)
+    memory.save(location, head)
+    return head
 
 
 def memory_key(location: Any) -> str:
@@ -167,7 +296,8 @@ class StateFileMemory:
         return None if value is None else RememberedHead.from_dict(value, f"state file {self.path}, entry {key!r}")
 
     def save(self, location: str, head: RememberedHead) -> None:
-        """Remember ``head`` for ``location`` (other checkpoints' entries are kept).
+        """Remember ``head`` for ``location`` (other checkpoints' entries are kept; an accepted reset
+        of this checkpoint is kept while ``head`` has the accepted query id).
 
         :raises MemoryFormatError: when the existing file is malformed (it is left untouched).
         """
@@ -177,7 +307,11 @@ class StateFileMemory:
         with self._exclusive():
             self._entries = None  # re-read: another audit may have saved since this one loaded
             entries = dict(self._read())
-            entries[memory_key(location)] = head.to_dict()
+            key = memory_key(location)
+            previous = entries.get(key)
+            if previous is not None:  # keep an accepted reset while the query id is the accepted one
+                head = head.keeping_acceptance(RememberedHead.from_dict(previous, f"state file {self.path}, entry {key!r}"))
+            entries[key] = head.to_dict()
             payload = json.dumps({"version": STATE_FILE_VERSION, "checkpoints": entries}, indent=2, sort_keys=True)
             name = self._fs_path.rstrip("/").rsplit("/", 1)[-1]
             temp = f"{parent}/.{name}.{uuid.uuid4().hex}.tmp" if parent else f".{name}.{uuid.uuid4().hex}.tmp"

@@ -48,6 +48,9 @@ Rules (name: severity, what):
   (``OffsetSeqMetadata.setSessionConf``), so the offsets alone never show that drift.
 * ``checkpoint_reset`` (error, memory): the query id changed: the checkpoint was replaced and the
   watermark restarted from 0.
+* ``reset_accepted`` (info, memory): the query id changed exactly as someone accepted beforehand
+  (:func:`watermark_ops.core.memory.accept_reset`: who, when, why); a change to another query id
+  is still ``checkpoint_reset``.
 * ``rewound`` (error, memory): the head batch id is below the remembered one (log files deleted,
   or an old copy restored).
 * ``unreadable`` (error): a file (or the checkpoint) that could not be read or parsed
@@ -100,6 +103,7 @@ RULES: dict[str, str] = {
     "in_flight_batch": INFO,
     "conf_changed": WARNING,
     "checkpoint_reset": ERROR,
+    "reset_accepted": INFO,
     "rewound": ERROR,
     "unreadable": ERROR,
 }
@@ -388,16 +392,23 @@ def conf_requested_but_frozen(records: Sequence[BatchRecord], progress_records: 
 
 def memory_rules(records: Sequence[BatchRecord], remembered: RememberedHead | None, *, query_id: str | None,
                  head_batch_id: int | None, location: str) -> list[Finding]:
-    """``checkpoint_reset``, ``rewound`` and ``watermark_regressed`` against the remembered head."""
+    """``checkpoint_reset`` (or ``reset_accepted``), ``rewound`` and ``watermark_regressed`` against
+    the remembered head."""
     if remembered is None:
         return []
     when = iso_utc(remembered.audited_at_ms)
     if remembered.query_id and query_id and remembered.query_id != query_id:
+        change = (f"query id is {query_id}, the audit of {when} saw {remembered.query_id} (head batch "
+                  f"{remembered.head_batch_id}, watermark {_ms(remembered.watermark_ms)})")
+        acceptance = remembered.accepted_reset
+        if acceptance is not None and acceptance.covers(remembered.query_id, query_id):
+            return [_finding("reset_accepted", None, f"{location.rstrip('/')}/metadata",
+                             f"{change}: the checkpoint was replaced on purpose, reset {acceptance.describe()}")]
+        other = (f"; the reset {acceptance.describe()} was for query id {acceptance.to_query_id}, not this one"
+                 if acceptance is not None else "")
         return [_finding(
             "checkpoint_reset", None, f"{location.rstrip('/')}/metadata",
-            f"query id is {query_id}, the audit of {when} saw {remembered.query_id} (head batch "
-            f"{remembered.head_batch_id}, watermark {_ms(remembered.watermark_ms)}): the checkpoint was replaced "
-            f"and the watermark restarted from 0",
+            f"{change}: the checkpoint was replaced and the watermark restarted from 0{other}",
         )]
     findings = []
     if head_batch_id is None or head_batch_id < remembered.head_batch_id:

@@ -6,7 +6,7 @@ converts only here: to ISO-8601 text for people and JSON, from ISO-8601 text, da
 durations given by people (CLI flags, DAG arguments, templated fields).
 
 Pure core: standard library and pendulum only. pendulum is imported by the functions that parse
-or word durations and instants, not with the module: ``watermark-ops audit`` never needs it.
+durations and instants, not with the module: ``watermark-ops audit`` never needs it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import time
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-__all__ = ["duration", "duration_ms", "duration_words", "instant_ms", "iso_utc", "now_ms"]
+__all__ = ["duration", "duration_ms", "duration_text", "duration_words", "instant_ms", "iso_utc", "now_ms", "watermark_text"]
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -38,6 +38,18 @@ def iso_utc(ms: int | None) -> str | None:
         return f"out of range ({ms} ms)"
     text = instant.strftime("%Y-%m-%dT%H:%M:%S").rjust(19, "0")
     return text + (f".{ms % 1000:03d}Z" if ms % 1000 else "Z")
+
+
+def watermark_text(ms: int | None, missing: str = "?") -> str:
+    """A watermark (epoch ms UTC) for people: :func:`iso_utc`, except 0, Spark's value before the
+    first data batch set one (``WatermarkTracker``; ``batchWatermarkMs`` defaults to 0 in
+    ``OffsetSeqMetadata``), which is ``not set yet`` (as the UI chart says), not 1970.
+
+    :param missing: the text for None (an unreadable batch).
+    """
+    if ms is None:
+        return missing
+    return "not set yet" if ms == 0 else iso_utc(ms)
 
 
 def now_ms() -> int:
@@ -119,18 +131,47 @@ def instant_ms(value: Any) -> int:
     raise ValueError(f"expected an instant (datetime, ISO-8601 text or epoch ms), got {value!r}")
 
 
-def duration_words(ms: int | None) -> str:
-    """A duration in ms for humans: ``2 hours 5 minutes`` (pendulum's words), ``-3 seconds``,
-    ``250 ms`` below a second, ``unknown`` for None; beyond what a ``timedelta`` holds (about
-    2.7 million years), ``<ms> ms (out of range)``."""
+_UNITS_MS = (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1000), ("ms", 1))
+# A year for the decimal form: the Gregorian mean year, 365.2425 days.
+_YEAR_MS = 365.2425 * 86_400_000
+# What a ``timedelta`` holds (999,999,999 days): past it a value is a corrupt or hostile number.
+_MAX_MS = 999_999_999 * 86_400_000
+
+
+def duration_text(ms: int | None, signed: bool = False) -> str:
+    """A duration in ms, compact, as on-call reads it: the two most significant units, the second
+    dropped when 0 (``5 h 32 min``, ``3 d 17 h``, ``1 min 5 s``, ``45 s``, ``250 ms``, ``0 s``);
+    from a year on, years with one decimal (``13.9 years``, mean Gregorian year); ``-3 s``.
+
+    Every duration the renderers and the core's messages show goes through this one function.
+
+    :param ms: milliseconds (int or float, rounded), or None (``unknown``).
+    :param signed: prefix ``+`` for a positive value and show 0 as ``0`` (a change column).
+    :return: the text; past what a ``timedelta`` holds (about 2.7 million years),
+        ``<ms> ms (out of range)``.
+    """
     if ms is None:
         return "unknown"
-    if abs(ms) < 1000:
-        return f"{ms} ms"
-    import pendulum
-
-    try:
-        text = pendulum.duration(milliseconds=abs(ms)).in_words()
-    except (OverflowError, ValueError):
+    ms = int(round(ms))
+    if ms == 0:
+        return "0" if signed else "0 s"
+    if abs(ms) > _MAX_MS:
         return f"{ms} ms (out of range)"
-    return ("-" if ms < 0 else "") + text
+    sign = "-" if ms < 0 else ("+" if signed else "")
+    rest = abs(ms)
+    if rest >= _YEAR_MS:
+        years = rest / _YEAR_MS
+        return f"{sign}{years:.1f} years"
+    parts = []
+    for unit, size in _UNITS_MS:
+        count, rest = divmod(rest, size)
+        if count or parts:
+            parts.append((count, unit))
+        if len(parts) == 2:
+            break
+    return sign + " ".join(f"{count} {unit}" for count, unit in parts if count)
+
+
+def duration_words(ms: int | None) -> str:
+    """A duration in ms for humans: :func:`duration_text` (kept under this name for its callers)."""
+    return duration_text(ms)

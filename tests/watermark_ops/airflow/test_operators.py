@@ -31,6 +31,10 @@ DAG_FILE = textwrap.dedent('''
     with DAG("wo_test_audit_soft", schedule=None, start_date=START, params=PARAMS):
         WatermarkAuditOperator(task_id="audit", checkpoint="{{ params.checkpoint }}", soft=True,
                                memory_asset=Asset(name="wo_test_soft_memory"), retries=2)
+
+    with DAG("wo_test_audit_accept", schedule=None, start_date=START, params={"checkpoint": "", "accept_reset": ""}):
+        WatermarkAuditOperator(task_id="audit", checkpoint="{{ params.checkpoint }}",
+                               accept_reset="{{ params.accept_reset }}", memory_asset=Asset(name="wo_test_accept_memory"))
 ''')
 
 
@@ -135,3 +139,82 @@ def test_operator_declares_its_memory_asset_as_outlet_and_templates_the_checkpoi
     custom = WatermarkAuditOperator(task_id="b", checkpoint="/cp", memory_asset=other, outlets=[Asset(name="x")])
     assert custom.outlets == [Asset(name="x"), other]
     assert WatermarkAuditOperator(task_id="c", checkpoint="/cp", memory_asset=None).outlets == []
+
+
+def test_accept_reset_records_the_acceptance_and_the_audit_passes(test_dags, tmp_path):
+    import shutil
+
+    root = tmp_path / "cp"
+    key = f"watermark_audit:{root}"
+    old_id, new_id = "7d1b2a3c-0000-4000-8000-0000000000a1", "7d1b2a3c-0000-4000-8000-0000000000b2"
+    cf.handmade_checkpoint(str(root), [(0, 5000), (5000, 9000)], query_id=old_id)
+    dag = test_dags["wo_test_audit_accept"]
+    state, _, report = outcome(dag.test(run_conf={"checkpoint": str(root)}))
+    assert state == "success" and report["status"] == "ok"
+
+    shutil.rmtree(root)  # deleted on purpose, the query started again: a new query id
+    cf.handmade_checkpoint(str(root), [(0, 2000)], query_id=new_id)
+    state, _, report = outcome(dag.test(run_conf={"checkpoint": str(root), "accept_reset": "OPS-9: state schema change"}))
+    assert state == "success" and report["status"] == "ok"
+    assert [(f["rule"], f["severity"]) for f in report["findings"]] == [("reset_accepted", "info")]
+    assert "OPS-9: state schema change" in report["findings"][0]["message"]
+    acceptance = report["remembered"]["accepted_reset"]
+    assert (acceptance["from_query_id"], acceptance["to_query_id"]) == (old_id, new_id)
+    assert acceptance["by"].startswith("dag_test via wo_test_audit_accept/manual__") and acceptance["by"].endswith("/audit")
+    assert isinstance(acceptance["at_ms"], int) and acceptance["at"].endswith("Z")
+    remembered = stored("wo_test_accept_memory", key)
+    assert remembered["query_id"] == new_id and remembered["accepted_reset"]["why"] == "OPS-9: state schema change"
+
+    # A later reset without an acceptance for its own query id fails, the earlier acceptance notwithstanding.
+    shutil.rmtree(root)
+    cf.handmade_checkpoint(str(root), [(0, 1000)], query_id="7d1b2a3c-0000-4000-8000-0000000000c3")
+    # (conf given whole: dag.test() in one process keeps the previous run's param values)
+    state, tries, report = outcome(dag.test(run_conf={"checkpoint": str(root), "accept_reset": ""}))
+    assert (state, tries) == ("failed", 1) and report["status"] == "violation"
+    assert [f["rule"] for f in report["findings"]] == ["checkpoint_reset"]
+    assert f"was for query id {new_id}, not this one" in report["findings"][0]["message"]
+
+
+def test_the_demo_s_fresh_start_forgets_the_deleted_checkpoints_memories(test_dags, tmp_path):
+    """A deliberate fresh start (make run: checkpoint and outputs deleted) forgets the audit memory and
+    the announced days with the operators' own keys, so the new query's first audit starts a new memory."""
+    import os
+    from pathlib import Path
+
+    import watermark_ops
+    from watermark_ops.examples.flights import demo
+    from watermark_ops.examples.flights.settings import job_locations
+
+    locations = job_locations("flight_windows", home=tmp_path / "home")
+    checkpoint = locations["checkpoint"]
+    cf.handmade_checkpoint(checkpoint, [(0, 5000), (5000, 9000)], query_id="7d1b2a3c-0000-4000-8000-0000000000d4")
+    dag = test_dags["wo_test_audit_soft"]
+    assert outcome(dag.test(run_conf={"checkpoint": checkpoint}))[2]["status"] == "ok"
+    assert stored("wo_test_soft_memory", f"watermark_audit:{checkpoint}")["head_batch_id"] == 1
+
+    deleted = demo.fresh_start(locations)
+    assert deleted == [checkpoint, checkpoint + "_quarantine"] and not os.path.exists(checkpoint)
+    plugins = str(Path(watermark_ops.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": plugins + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    code, summary = demo.forget_remembered(deleted, env, tmp_path / "demo.log")
+    assert (code, summary) == (0, "1 remembered entries forgotten for 2 checkpoint(s)")
+    assert f"forgot watermark_audit:{checkpoint} (asset wo_test_soft_memory)" in (tmp_path / "demo.log").read_text()
+    assert stored("wo_test_soft_memory", f"watermark_audit:{checkpoint}") is None
+
+    # The new query's first audit: no checkpoint_reset, a new memory.
+    cf.handmade_checkpoint(checkpoint, [(0, 3000)], query_id="7d1b2a3c-0000-4000-8000-0000000000e5")
+    state, _, report = outcome(dag.test(run_conf={"checkpoint": checkpoint}))
+    assert state == "success" and report["status"] == "ok" and report["findings"] == [] and report["remembered"] is None
+
+
+def test_checkpoint_memory_keys_are_the_operators_keys():
+    from airflow.sdk import Asset
+
+    from watermark_ops.airflow.memory import AssetStateStoreMemory, checkpoint_memory_keys
+    from watermark_ops.airflow.partitions import WatermarkPartitionsOperator
+
+    location = "/data/cp/"
+    partitions = [WatermarkPartitionsOperator(task_id=f"p_{grain}", checkpoint=location, asset=Asset(name="days"),
+                                              since="2013-01-01T00:00:00Z", grain=grain).memory_key()
+                  for grain in ("day", "hour")]
+    assert checkpoint_memory_keys(location) == [AssetStateStoreMemory(None).key(location), *partitions]

@@ -100,3 +100,77 @@ def test_twenty_parallel_audits_share_one_state_file_and_lose_no_entry(tmp_path)
     for i, root in enumerate(roots):
         assert StateFileMemory(state).load(str(root)).watermark_ms == 1000 * i + 1
     assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+# --------------------------------------------------------------------------------------------
+# Accepting a deliberate checkpoint reset
+
+
+def _restart_from_scratch(spark, dirs):
+    """Delete the checkpoint and the sink (the file sink's own log would skip the new batch ids), run again."""
+    import shutil
+
+    from tests.watermark_ops import checkpoint_fixtures as cf
+
+    shutil.rmtree(dirs.checkpoint)
+    shutil.rmtree(dirs.output)
+    return cf.run_job(spark, dirs)
+
+
+def test_an_accepted_reset_passes_the_next_audit_and_an_acceptance_hides_no_other_reset(spark, tmp_path):
+    from tests.watermark_ops import checkpoint_fixtures as cf
+    from watermark_ops.core.audit import run_audit
+    from watermark_ops.core.checkpoint import read_checkpoint
+    from watermark_ops.core.memory import ResetAcceptanceError, accept_reset
+
+    dirs = cf.JobDirs(tmp_path / "job")
+    cf.land_hour(dirs, 0)
+    first = cf.run_job(spark, dirs)
+    checkpoint = str(dirs.checkpoint)
+    memory = StateFileMemory(tmp_path / "state.json")
+    with pytest.raises(ResetAcceptanceError, match="no audit is remembered"):
+        accept_reset(memory, checkpoint, first["query_id"], why="OPS-1", by="ana")
+    assert run_audit(checkpoint, memory).status == "ok"
+    with pytest.raises(ResetAcceptanceError, match="no reset to accept"):
+        accept_reset(memory, checkpoint, first["query_id"], why="OPS-1", by="ana")
+
+    # Deleted on purpose and started again: a new query id in metadata (StreamMetadata), batch ids from 0.
+    second = _restart_from_scratch(spark, dirs)
+    new_id = read_checkpoint(checkpoint, newest=1).query_id
+    assert new_id == second["query_id"] != first["query_id"]
+    with pytest.raises(ResetAcceptanceError, match="say why"):
+        accept_reset(memory, checkpoint, new_id, why="  ", by="ana")
+    head = accept_reset(memory, checkpoint, new_id, why="OPS-1: state schema changed", by="ana", at_ms=1_795_000_000_000)
+    assert head.query_id == first["query_id"]  # the old head stays remembered, for the record
+    assert head.accepted_reset.to_dict() == {
+        "from_query_id": first["query_id"], "to_query_id": new_id, "by": "ana", "why": "OPS-1: state schema changed",
+        "at_ms": 1_795_000_000_000, "at": "2026-11-18T11:06:40Z"}
+    assert json.loads((tmp_path / "state.json").read_text())["checkpoints"][checkpoint]["accepted_reset"]["by"] == "ana"
+
+    report = run_audit(checkpoint, StateFileMemory(tmp_path / "state.json"))
+    assert report.status == "ok" and report.exit_code == 0
+    (accepted,) = [f for f in report.findings if f.rule == "reset_accepted"]
+    assert accepted.severity == "info" and accepted.file == f"{checkpoint}/metadata"
+    assert first["query_id"] in accepted.message and new_id in accepted.message
+    assert "accepted by ana at 2026-11-18T11:06:40Z: OPS-1: state schema changed" in accepted.message
+    assert not [f for f in report.findings if f.rule in ("checkpoint_reset", "rewound", "watermark_regressed")]
+    kept = StateFileMemory(tmp_path / "state.json").load(checkpoint)
+    assert kept.query_id == new_id and kept.accepted_reset == head.accepted_reset  # kept while the query is the accepted one
+
+    # Another reset: the acceptance was for the second query id, not for this third one.
+    third = _restart_from_scratch(spark, dirs)
+    report = run_audit(checkpoint, StateFileMemory(tmp_path / "state.json"))
+    assert report.status == "violation"
+    (reset,) = [f for f in report.findings if f.severity == "error"]
+    assert reset.rule == "checkpoint_reset" and third["query_id"] in reset.message
+    assert f"was for query id {new_id}, not this one" in reset.message
+    assert StateFileMemory(tmp_path / "state.json").load(checkpoint).accepted_reset is None
+
+
+def test_a_malformed_acceptance_is_a_clear_error(tmp_path):
+    path = tmp_path / "state.json"
+    entry = {**HEAD.to_dict(), "accepted_reset": {"from_query_id": "q-1", "to_query_id": 7, "by": "a", "why": "w",
+                                                   "at_ms": 1}}
+    path.write_text(json.dumps({"version": 1, "checkpoints": {"/data/cp": entry}}))
+    with pytest.raises(MemoryFormatError, match=r"entry '/data/cp'.*accepted_reset.to_query_id must be a string"):
+        StateFileMemory(path).load("/data/cp")

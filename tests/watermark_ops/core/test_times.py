@@ -7,7 +7,7 @@ from datetime import timedelta
 import pendulum
 import pytest
 
-from watermark_ops.core.times import duration, duration_words, instant_ms, iso_utc
+from watermark_ops.core.times import duration, duration_text, duration_words, instant_ms, iso_utc
 
 
 def test_durations_at_the_edges():
@@ -53,7 +53,34 @@ def test_iso_utc_renders_any_integer_and_says_when_it_is_out_of_range():
 def test_duration_words():
     assert duration_words(None) == "unknown"
     assert duration_words(250) == "250 ms"
-    assert duration_words(-3000) == "-3 seconds"
-    assert duration_words(2 * 3_600_000 + 5 * 60_000) == "2 hours 5 minutes"
+    assert duration_words(-3000) == "-3 s"
+    assert duration_words(2 * 3_600_000 + 5 * 60_000) == "2 h 5 min"
     assert duration_words(2**70) == f"{2**70} ms (out of range)"
     assert duration_words(-(10**17)) == f"{-(10**17)} ms (out of range)"
+
+
+@pytest.mark.parametrize(
+    ("ms", "text"),
+    [
+        (5 * 3_600_000 + 32 * 60_000 + 1, "5 h 32 min"),  # was "5 hours 32 minutes 1 milliseconds"
+        # A lag from an unset watermark: was "724 weeks 3 days 17 hours 41 minutes 40 seconds".
+        (((724 * 7 + 3) * 24 + 17) * 3_600_000 + 41 * 60_000 + 40_000, "13.9 years"),
+        (45_000, "45 s"),
+        (250, "250 ms"),
+        (0, "0 s"),
+        (65_000, "1 min 5 s"),
+        (3_600_000, "1 h"),  # a zero second unit is left out
+        (90_061_001, "1 d 1 h"),
+        (364 * 86_400_000, "364 d"),
+        (400 * 86_400_000, "1.1 years"),
+        (-1500, "-1 s 500 ms"),
+    ],
+)
+def test_duration_text_two_most_significant_units(ms, text):
+    assert duration_text(ms) == text
+
+
+def test_duration_text_signed():
+    assert duration_text(6_840_000, signed=True) == "+1 h 54 min"
+    assert duration_text(-5000, signed=True) == "-5 s"
+    assert duration_text(0, signed=True) == "0"

@@ -11,13 +11,17 @@ A manual run of logical date D covers the interval that *ends* at D (Airflow inf
 intervals that way), so the day's interval end is passed as the logical date.
 
 Unless ``--keep`` is given, the demo starts from a fresh landing folder, checkpoint and output
-(under ``$WATERMARK_OPS_HOME``), so that every invocation replays the same days. The Airflow
+(under ``$WATERMARK_OPS_HOME``), so that every invocation replays the same days, and forgets what
+Airflow remembers of the deleted checkpoints (the audit memory and the announced days in the
+asset state store, ``python -m watermark_ops.airflow.memory forget``): otherwise the next audit
+would see a new query id at a remembered checkpoint and fail with ``checkpoint_reset``. The Airflow
 environment (home, DAG and plugin folders, ``spark_default``) defaults to the runtime folder.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import shutil
@@ -25,11 +29,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any, Sequence
 
 import pendulum
 
 from watermark_ops.core.progress import progress_log_path, read_progress_log, summarize_run
-from watermark_ops.core.times import iso_utc
+from watermark_ops.core.times import watermark_text
 from watermark_ops.examples.flights.settings import REPO_ROOT, job_locations, runtime_home
 
 DAG_ID = "flights_pipeline"
@@ -109,6 +114,146 @@ def _ledger(locations: dict[str, str], run_tag: str | None) -> dict[str, str]:
     return {"rows_late": str(found["rows_late"]), "balance": balance}
 
 
+def fresh_start(locations: dict[str, str]) -> list[str]:
+    """Delete the job's landing folder, checkpoints (the job's and its quarantine query's), outputs and
+    progress logs; return the checkpoints deleted (what :func:`forget_remembered` must forget)."""
+    checkpoints = [locations["checkpoint"], locations["checkpoint"] + "_quarantine"]
+    for path in (locations["landing"], *checkpoints, locations["output"], locations["output"] + "_quarantine",
+                 locations["output"] + "_late"):
+        shutil.rmtree(path, ignore_errors=True)
+    for path in (locations["progress_log"], progress_log_path(checkpoints[1])):
+        Path(path).unlink(missing_ok=True)
+    return checkpoints
+
+
+def forget_remembered(checkpoints: list[str], env: dict[str, str], log_file: Path) -> tuple[int, str]:
+    """Forget the audit memory and announced partitions of ``checkpoints`` in Airflow's metadata DB,
+    with the keys the operators use (``python -m watermark_ops.airflow.memory forget``, in Airflow's
+    environment ``env``); returns (exit code, its last output line). Run after ``airflow db migrate``."""
+    command = [sys.executable, "-m", "watermark_ops.airflow.memory", "forget", *checkpoints]
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    with open(log_file, "a") as handle:
+        handle.write(f"\n$ {' '.join(command)}\n{done.stdout}{done.stderr}")
+    lines = done.stdout.strip().splitlines()
+    return done.returncode, lines[-1] if lines else ""
+
+
+def _compact_instant(ms: int | None) -> str:
+    """``MM-DD HH:mmZ`` (UTC) for the narrow table: ``01-02 21:59Z``; 0 is ``not set yet``."""
+    if not ms:
+        return watermark_text(ms, "-")
+    return pendulum.from_timestamp(ms / 1000, tz="UTC").format("MM-DD HH:mm[Z]")
+
+
+def _fitted_table(title: str, headings: Sequence[str], cells: list[list[str]], whole: Sequence[int], narrow: bool,
+                  fixed: bool = True):
+    """A rich table whose every column is as wide as its longest heading word and its longest cell
+    (columns in ``whole``) or cell word (the others): nothing folded mid-word, nothing cut with
+    ``…``; ``fixed=False`` lets rich shrink it (narrower than the narrow form). Returns (table, its
+    width in columns). The narrow form has no vertical lines nor edges (``box.SIMPLE_HEAD``)."""
+    from rich import box
+    from rich.console import Console
+    from rich.measure import Measurement
+    from rich.table import Table
+
+    widths = [
+        max([len(word) for word in heading.split()]
+            + [len(c[i]) if i in whole else max((len(w) for w in c[i].split()), default=0) for c in cells])
+        for i, heading in enumerate(headings)
+    ]
+    table = Table(title=title, box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD, pad_edge=not narrow,
+                  show_edge=not narrow)
+    for i, heading in enumerate(headings):
+        table.add_column(heading, overflow="fold", width=widths[i] if fixed else None,
+                         min_width=None if fixed or i not in whole else widths[i],
+                         justify="left" if i in whole or i == 1 else "right")
+    for row_cells in cells:
+        table.add_row(*(f"[red]{c}[/]" if c == "failed" else c for c in row_cells))
+    measuring = Console(width=10_000, file=io.StringIO())
+    return table, Measurement.get(measuring, measuring.options, table).maximum
+
+
+def _fit(build: Any, width: int):
+    """``build(narrow)`` -> (title, headings, cells, whole): the wide form when it fits ``width``,
+    else the narrow form, else the narrow form shrunk by rich."""
+    for narrow in (False, True):
+        table, needed = _fitted_table(*build(narrow), narrow=narrow)
+        if needed <= width:
+            return table
+    return _fitted_table(*build(True), narrow=True, fixed=False)[0]
+
+
+def runs_table(rows: list[dict], width: int):
+    """The demo's table of runs, readable at ``width`` columns: the full table when it fits without
+    breaking a word (about 145 columns), else a narrow form for 80 columns and pipes: the interval
+    as its New York start day, the watermark as ``MM-DD HH:mmZ`` (UTC; the data set is all 2013),
+    the balance for the input, late and quarantined counts, no seconds (the timing table has them).
+    The interval, watermark and balance cells are never folded nor cut (no ``…``).
+
+    :param rows: one dict per run: ``start``/``end`` (pendulum, the data interval), ``failed``
+        (bool), ``batch_ids`` (list of int), ``input_rows``, ``quarantined``, ``windows``,
+        ``late_groups`` (int), ``watermark_ms`` (epoch ms UTC, the watermark after the run, or
+        None), ``late_flights``, ``balance`` (text cells, ``-`` when unknown), ``seconds`` (float).
+    :param width: the console's width in columns.
+    :return: a ``rich.table.Table``.
+    """
+
+    def build(narrow: bool):
+        if narrow:
+            title = f"{DAG_ID}: one restart of {JOB} per day"
+            headings = ("NY day", "batches", "watermark (UTC)", "windows", "late groups*", "balanced‡")
+            whole = (0, 2, 5)
+        else:
+            title = f"{DAG_ID}: one restart of the {JOB} query per data interval"
+            headings = ("data interval (New York)", "batches", "input rows", "quarantined",
+                        "watermark after run (UTC)", "windows emitted", "late groups*", "late flights§",
+                        "balanced‡", "seconds")
+            whole = (0, 4, 8)
+        cells: list[list[str]] = []
+        for row in rows:
+            start, end = row["start"].to_date_string(), row["end"].to_date_string()
+            batches = ", ".join(map(str, row["batch_ids"]))
+            if narrow:
+                balance = (row["balance"] if row["balance"] != "-" else
+                           f"{row['input_rows']} = ? + {row['late_flights']} + {row['quarantined']}")
+                cells.append([start, batches or "none", _compact_instant(row["watermark_ms"]), str(row["windows"]),
+                              str(row["late_groups"]), balance])
+            else:
+                cells.append([f"{start} → {end}", batches or "none (no new input)", str(row["input_rows"]),
+                              str(row["quarantined"]), watermark_text(row["watermark_ms"], "-"), str(row["windows"]),
+                              str(row["late_groups"]), row["late_flights"], row["balance"], f"{row['seconds']:.0f}"])
+            if row["failed"]:
+                cells.append(["failed"] + [""] * (len(headings) - 1))
+        return title, headings, cells, whole
+
+    return _fit(build, width)
+
+
+#: The timing table's columns after the interval: (heading, key of :func:`time_breakdown`'s result).
+_TIMING = (("DAG run", "DAG run"), ("land", "land"), ("spark start*", "spark start"), ("batches", "micro-batches"),
+           ("spark stop", "spark stop"), ("progress", "collect_progress"), ("audit", "audit_checkpoint"),
+           ("gate", "windows_complete"), ("Airflow†", "Airflow"))
+
+
+def timing_table(rows: list[dict], width: int):
+    """Where each run's time went, in seconds, readable at ``width`` columns (narrow: the interval as
+    its start day ``MM-DD``, two headings shortened).
+
+    :param rows: one dict per run: ``start`` (pendulum) and the seconds under the keys of
+        :data:`_TIMING` (``DAG run``, ``land``, ``spark start``, ..., ``Airflow``).
+    """
+
+    def build(narrow: bool):
+        cells = [[row["start"].format("MM-DD") if narrow else row["start"].to_date_string(),
+                  *(f"{row.get(key, 0.0):.1f}" for _, key in _TIMING)] for row in rows]
+        headings = ("interval", *(h for h, _ in _TIMING))
+        if narrow:  # "batch" and "prog." for "batches" and "progress"
+            headings = ("day", *({"batches": "batch", "progress": "prog."}.get(h, h) for h, _ in _TIMING))
+        return "Where each run's time went (seconds)", headings, cells, (0,)
+
+    return _fit(build, width)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run flights_pipeline for consecutive days and report each run.")
     parser.add_argument("days", nargs="*", default=list(DEFAULT_DAYS), help="interval start days, YYYY-MM-DD")
@@ -116,18 +261,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from rich.console import Console
-    from rich.table import Table
 
-    console = Console(width=max(Console().width, 132))
+    console = Console()  # the terminal's width; 80 columns (or $COLUMNS) when piped
     home = runtime_home()
     home.mkdir(parents=True, exist_ok=True)
     locations = job_locations(JOB)
-    if not args.keep:
-        for path in (locations["landing"], locations["checkpoint"], locations["checkpoint"] + "_quarantine",
-                     locations["output"], locations["output"] + "_quarantine", locations["output"] + "_late"):
-            shutil.rmtree(path, ignore_errors=True)
-        for path in (locations["progress_log"], progress_log_path(locations["checkpoint"] + "_quarantine")):
-            Path(path).unlink(missing_ok=True)
+    deleted = [] if args.keep else fresh_start(locations)
     env = airflow_environment()
     log_file = home / "demo.log"
     console.print(f"Runtime folder: {home}   (Airflow and Spark output: {log_file})")
@@ -135,17 +274,16 @@ def main(argv: list[str] | None = None) -> int:
     if _airflow(["db", "migrate"], env, log_file) != 0:
         console.print(f"[red]airflow db migrate failed, see {log_file}")
         return 1
+    if deleted:
+        code, summary = forget_remembered(deleted, env, log_file)
+        if code != 0:
+            console.print(f"[red]could not forget the deleted checkpoints' memories, see {log_file}")
+            return 1
+        console.print(f"Fresh start: {summary}")
 
-    table = Table(title=f"{DAG_ID}: one restart of the {JOB} query per data interval")
-    for column in ("data interval (New York days)", "batches", "input rows", "quarantined",
-                   "watermark after run (UTC)", "windows emitted", "late groups*", "late flights§", "balanced‡",
-                   "seconds"):
-        table.add_column(column)
+    rows: list[dict] = []
     seen_tags: set[str] = set()
-    timing = Table(title="Where each run's time went (seconds)")
-    for column in ("interval", "DAG run", "land", "spark start*", "batches", "spark stop",
-                   "progress", "audit", "gate", "Airflow†"):
-        timing.add_column(column)
+    timings: list[dict] = []
     for day in args.days:
         start = pendulum.parse(day, tz="America/New_York")
         end = start.add(days=1)
@@ -159,29 +297,25 @@ def main(argv: list[str] | None = None) -> int:
         seen_tags |= new_tags
         run = summarize_run([r for r in windows.records if r["run_tag"] in new_tags])
         bad = summarize_run([r for r in quarantine.records if r["run_tag"] in new_tags])
-        status = "" if code == 0 else " [red](DAG run failed)"
         ledger = _ledger(locations, next(iter(new_tags), None))
-        table.add_row(
-            f"{start.to_date_string()} → {end.to_date_string()}{status}",
-            ", ".join(map(str, run["batch_ids"])) or "none (no new input)",
-            str(run["input_rows"]), str(bad["quarantined_rows"]),
-            iso_utc(run["last_watermark_ms"]) or "-", str(run["windows_emitted"]),
-            str(run["rows_dropped_by_watermark"]), ledger.get("rows_late", "-"),
-            ledger.get("balance", "-"), f"{seconds:.0f}",
-        )
+        rows.append({
+            "start": start, "end": end, "failed": code != 0, "batch_ids": run["batch_ids"],
+            "input_rows": run["input_rows"], "quarantined": bad["quarantined_rows"],
+            "watermark_ms": run["last_watermark_ms"], "windows": run["windows_emitted"],
+            "late_groups": run["rows_dropped_by_watermark"], "late_flights": ledger.get("rows_late", "-"),
+            "balance": ledger.get("balance", "-"), "seconds": seconds,
+        })
         spent = time_breakdown(env, next(iter(new_tags), ""), [r for r in windows.records if r["run_tag"] in new_tags])
         if spent:
             tasks = sum(spent.get(t, 0.0) for t in ("land", JOB, "collect_progress", "audit_checkpoint", "windows_complete"))
-            timing.add_row(start.to_date_string(), f"{seconds:.1f}", *(f"{spent.get(k, 0.0):.1f}" for k in (
-                "land", "spark start", "micro-batches", "spark stop", "collect_progress", "audit_checkpoint",
-                "windows_complete")), f"{seconds - tasks:.1f}")
+            timings.append({"start": start, **spent, "DAG run": seconds, "Airflow": seconds - tasks})
         if code != 0:
-            console.print(table)
+            console.print(runs_table(rows, console.width))
             console.print(f"[red]airflow dags test failed (exit {code}); see {log_file}")
             return 1
-    console.print(table)
-    if timing.rows:
-        console.print(timing)
+    console.print(runs_table(rows, console.width))
+    if timings:
+        console.print(timing_table(timings, console.width))
         console.print("* spark-submit, JVM and session start, until the first micro-batch of flight_windows began; "
                       "batches: its micro-batches; progress, audit, gate: the collect_progress, audit_checkpoint "
                       "and windows_complete tasks; † between and around tasks: `airflow dags test` start-up, "

@@ -22,8 +22,12 @@ Time rules (every time zone and interval computation goes through pendulum):
   (2013-03-10 02:00-03:00, which no flight of the data set uses) the offset before the switch.
   ``2400`` means midnight at the end of the day.
 * ``arr_time`` is the local clock ``arr_time`` in the destination's time zone (``airports.csv``
-  ``tzone``; the four destinations missing there are in :data:`EXTRA_AIRPORT_TZ`), the first such
-  instant at or after the departure.
+  ``tzone``; the four destinations missing there are in :data:`EXTRA_AIRPORT_TZ`): of the
+  candidate instants at or after the departure, the one closest to the scheduled arrival plus
+  ``arr_delay`` minutes (the first one when ``arr_delay`` is missing). A clock in the skipped hour
+  has two readings (the offset before or after the switch: flight 144508, B6 35 JFK→PBI, "landed"
+  at 02:03 on 2013-03-10, which New York skipped; scheduled 00:34 EST + 89 minutes is 07:03 UTC),
+  a clock in the repeated hour two occurrences; the delay picks one, as for departures.
 * ``stream_time``, the instant an event reaches the stream, is the landing (``arr_time``): the
   stream is out of order by the flight's duration, hours for long flights.
 * Bad input still reaches the stream, so that the job has to count it and keep it aside:
@@ -137,13 +141,28 @@ def departure_instant(day: date, dep_hhmm: int, sched: pendulum.DateTime, dep_de
     return min(candidates, key=lambda c: (abs((c - expected).total_seconds()), c.fold))
 
 
-def arrival_instant(departure: pendulum.DateTime, arr_hhmm: int, dest_tz: str) -> pendulum.DateTime:
-    """The first instant at or after ``departure`` whose local clock at the destination is ``arr_hhmm``."""
+def arrival_instant(
+    departure: pendulum.DateTime, arr_hhmm: int, dest_tz: str, expected: pendulum.DateTime | None = None
+) -> pendulum.DateTime:
+    """The instant at or after ``departure`` whose local clock at the destination is ``arr_hhmm``.
+
+    The candidates are that clock on the departure's local day and the day after, each read with
+    ``fold=0`` and ``fold=1`` (two instants when the clock falls in a DST gap or repeated hour).
+    With ``expected`` (the scheduled arrival plus ``arr_delay``) the candidate closest to it wins,
+    ties to the earlier; without it, the earliest candidate.
+    """
     local_day = departure.in_timezone(dest_tz).date()
-    arrival = _clock(local_day, arr_hhmm, dest_tz)
-    if arrival < departure:
-        arrival = _clock(local_day + timedelta(days=1), arr_hhmm, dest_tz)
-    return arrival
+    candidates = sorted(
+        {
+            _clock(local_day + timedelta(days=offset), arr_hhmm, dest_tz, fold).in_timezone("UTC")
+            for offset in (0, 1)
+            for fold in (0, 1)
+        }
+    )
+    candidates = [c for c in candidates if c >= departure]  # the day after always qualifies
+    if expected is None:
+        return candidates[0]
+    return min(candidates, key=lambda c: abs((c - expected).total_seconds()))
 
 
 def flight_event(row: dict[str, str], row_id: int, zones: dict[str, str]) -> dict[str, Any]:
@@ -172,7 +191,8 @@ def flight_event(row: dict[str, str], row_id: int, zones: dict[str, str]) -> dic
         if arr_clock is None:
             status, stream_time = "diverted", departure + (sched_arr - sched_dep)
         else:
-            arrival = arrival_instant(departure, int(arr_clock), dest_tz)
+            expected = None if arr_delay is None else sched_arr.add(minutes=arr_delay)
+            arrival = arrival_instant(departure, int(arr_clock), dest_tz, expected)
             status, stream_time = "landed", arrival
     return {
         "id": row_id,

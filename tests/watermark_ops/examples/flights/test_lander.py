@@ -97,6 +97,55 @@ def test_ambiguous_hour_is_resolved_by_the_delay():
     assert second.in_timezone("UTC").isoformat() == "2013-11-03T06:30:00+00:00"
 
 
+def test_arrival_in_the_skipped_hour_follows_the_arrival_delay(events):
+    # flights.csv row 144508: B6 35 JFK→PBI scheduled 2013-03-09 23:59, arriving 00:34 EST; it
+    # "landed" at 02:03 on 2013-03-10, a clock New York skipped (02:00 EST → 03:00 EDT). The data's
+    # arr_delay of 89 minutes puts it at 00:34 EST + 89 min = 07:03Z, not 01:03 EST = 06:03Z.
+    flight = _by_id(events, 2013, 3, 10)[144508]
+    assert (flight["carrier"], flight["flight"], flight["origin"], flight["dest"]) == ("B6", 35, "JFK", "PBI")
+    assert flight["arr_delay"] == 89.0
+    assert flight["arr_time"] == "2013-03-10T07:03:00Z"
+    assert flight["stream_time"] == flight["arr_time"]
+
+
+def test_arrival_in_the_repeated_hour_follows_the_arrival_delay(events):
+    # flights.csv row 57552: VX 413 JFK→LAX on 2013-11-02, scheduled to arrive 20:15 PDT, landed
+    # at 01:14 on 2013-11-03, which Los Angeles lived twice; 20:15 PDT + 299 min is the first 01:14
+    # (PDT, 08:14Z), not the second (PST, 09:14Z).
+    flight = _by_id(events, 2013, 11, 3)[57552]
+    assert (flight["carrier"], flight["flight"], flight["dest"], flight["arr_delay"]) == ("VX", 413, "LAX", 299.0)
+    assert flight["arr_time"] == "2013-11-03T08:14:00Z"
+    # The same clock with a delay an hour longer is the second occurrence.
+    departure = pendulum.parse(flight["dep_time"])
+    sched_arr = pendulum.datetime(2013, 11, 2, 20, 15, tz="America/Los_Angeles")
+    later = lander.arrival_instant(departure, 114, "America/Los_Angeles", sched_arr.add(minutes=359))
+    assert lander.iso_utc(later) == "2013-11-03T09:14:00Z"
+    # Without a delay: the first instant at or after the departure.
+    assert lander.iso_utc(lander.arrival_instant(departure, 114, "America/Los_Angeles")) == "2013-11-03T08:14:00Z"
+
+
+def test_every_arrival_of_the_dst_weekends_matches_its_schedule_plus_delay(events):
+    zones = lander.airport_time_zones()
+    rows = {
+        row_id: row
+        for row_id, row in enumerate(lander.read_csv_rows(lander.dataset_dir() / "flights.csv.zip"), start=1)
+    }
+    days = {date(2013, 3, d) for d in (9, 10, 11)} | {date(2013, 11, d) for d in (2, 3, 4)}
+    checked = 0
+    for start in (pendulum.datetime(2013, 3, 9, tz=NY), pendulum.datetime(2013, 11, 2, tz=NY)):
+        for event in events.events_reaching_stream(start, start.add(days=3)):
+            if event["arr_time"] is None or event["arr_delay"] is None:
+                continue
+            sched_dep = pendulum.parse(event["sched_dep_time"]).in_timezone(NY)
+            if sched_dep.date() not in days:
+                continue
+            row = rows[event["id"]]
+            sched_arr = lander.arrival_instant(sched_dep, int(row["sched_arr_time"]), zones[event["dest"]])
+            minutes = (pendulum.parse(event["arr_time"]) - sched_arr).total_seconds() / 60
+            assert minutes == event["arr_delay"], event
+            checked += 1
+    assert checked > 5000
+
 def test_cancelled_and_diverted_flights_still_reach_the_stream(events):
     day = _by_id(events, 2013, 1, 1)
     cancelled = [e for e in day.values() if e["status"] == "cancelled"]
