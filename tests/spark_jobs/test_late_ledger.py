@@ -188,20 +188,44 @@ def _land_day_in_slices(day: str, landing: str) -> list[dict]:
     return written
 
 
-@pytest.fixture(scope="module")
-def multi_batch_runs(spark, tmp_path_factory):
+ALLOW_MULTIPLE = "spark.sql.streaming.statefulOperator.allowMultiple"
+
+
+@pytest.fixture(scope="module", params=["default", "false"])
+def multi_batch_runs(request, spark, tmp_path_factory):
     """One checkpoint run once per day with ``maxFilesPerTrigger=1`` over days landed in slices:
-    ``(config, [landed file summaries], [run tags])``."""
-    tmp = tmp_path_factory.mktemp("multi")
+    ``(allowMultiple, config, [landed file summaries], [run tags])``. ``"default"``: the session
+    leaves ``allowMultiple`` alone (true); ``"false"``: the session sets it false, and every
+    progress record says so (``requested_conf``, ``spark_version``) where the recorder did not."""
+    import pyspark
+
+    tmp = tmp_path_factory.mktemp(f"multi_{request.param}")
     config = fw.JobConfig(landing=str(tmp / "landing"), checkpoint=str(tmp / "ck"), output=str(tmp / "out"),
                           max_files_per_trigger=1)
     landed, tags = [], []
-    for day in MULTI_DAYS:
-        landed += _land_day_in_slices(day, config.landing)
-        config.run_tag = f"run-{day}"
-        tags.append(config.run_tag)
-        fw.run(spark, config)
-    return config, landed, tags
+    before = spark.conf.get(ALLOW_MULTIPLE, None)
+    if request.param == "false":
+        spark.conf.set(ALLOW_MULTIPLE, "false")
+    try:
+        for day in MULTI_DAYS:
+            landed += _land_day_in_slices(day, config.landing)
+            config.run_tag = f"run-{day}"
+            tags.append(config.run_tag)
+            fw.run(spark, config)
+    finally:
+        if before is None:
+            spark.conf.unset(ALLOW_MULTIPLE)
+        else:
+            spark.conf.set(ALLOW_MULTIPLE, before)
+    if request.param == "false":  # what the recorder writes from now on, added where it did not yet
+        log = Path(progress_log_path(config.checkpoint))
+        records = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+        for record in records:
+            record.setdefault("spark_version", pyspark.__version__)
+            record.setdefault("requested_conf", {}).setdefault(ALLOW_MULTIPLE, "false")
+            assert record["requested_conf"][ALLOW_MULTIPLE] == "false"
+        log.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
+    return request.param, config, landed, tags
 
 
 def _replayed_windows(landed, late_ids: set[int], final_watermark_ms: int) -> pd.DataFrame:
@@ -226,18 +250,24 @@ def _sink_matches(sink: pd.DataFrame, emitted: pd.DataFrame) -> bool:
 
 
 def test_with_several_data_batches_per_run_the_ledger_drops_exactly_what_spark_dropped(spark, multi_batch_runs):
-    config, landed, tags = multi_batch_runs
+    allow_multiple, config, landed, tags = multi_batch_runs
+    basis, other = ("previous", "current") if allow_multiple == "default" else ("current", "previous")
     records = read_progress_log(progress_log_path(config.checkpoint)).records
     for tag in tags:  # every run had several data batches (one landed file each)
         assert sum(1 for r in records if r["run_tag"] == tag and r["input_rows"] > 0) >= 3, tag
     ledger = late_ledger(config.checkpoint)
     assert ledger.complete and ledger.problems == ()
-    # The recorder of these runs names neither the Spark version nor allowMultiple: the default is assumed.
-    assert {(b.late_watermark.basis, b.late_watermark.assumed) for b in ledger.batches} == {("previous", True)}
+    # Where a record names no allowMultiple (the recorder before it kept it), Spark's default is assumed.
+    by_batch = {r["batch_id"]: r for r in records}
+    for batch in ledger.batches:
+        assert batch.late_watermark.basis == basis
+        assert batch.late_watermark.assumed == (ALLOW_MULTIPLE not in by_batch[batch.batch_id]["requested_conf"])
     offsets = _offsets(config.checkpoint)
-    for batch in ledger.batches:  # batch N filtered with offsets/N-1's watermark; batch 0 with 0
-        assert batch.late_watermark_ms == (offsets[batch.batch_id - 1]["watermark_ms"] if batch.batch_id else 0)
-    differing = [b.batch_id for b in ledger.batches if b.files and b.late_watermark_ms != b.watermark_ms]
+    for batch in ledger.batches:  # previous: offsets/N-1's watermark (batch 0: 0); current: offsets/N's
+        previous = offsets[batch.batch_id - 1]["watermark_ms"] if batch.batch_id else 0
+        assert batch.late_watermark_ms == (previous if basis == "previous" else batch.watermark_ms)
+    differing = [b.batch_id for b in ledger.batches
+                 if b.files and b.watermark_ms != (offsets[b.batch_id - 1]["watermark_ms"] if b.batch_id else 0)]
     assert differing, "no data batch ran with a watermark other than the previous batch's"
 
     final_watermark = max(o["watermark_ms"] for o in offsets.values())
@@ -250,14 +280,16 @@ def test_with_several_data_batches_per_run_the_ledger_drops_exactly_what_spark_d
     assert [b.batch_id for b in ledger.batches if b.spark_rows_dropped] == [b.batch_id for b in ledger.batches
                                                                             if b.rows_late]
 
-    # The old rule (each batch's own watermark) flags more rows on this data, and they are not what Spark dropped.
-    current = late_ledger(config.checkpoint, late_watermark="current")
-    current_ids = {r.event["id"] for r in current.late_rows}
-    print(f"\nlate rows over {len(ledger.batches)} batches ({len(differing)} data batches whose own watermark "
-          f"differs from the previous one): previous-watermark rule {len(late_ids)}, current-watermark rule "
-          f"{len(current_ids)}; Spark's late groups {sum(b.spark_rows_dropped for b in ledger.batches)}")
-    assert late_ids < current_ids
-    assert not _sink_matches(sink, _replayed_windows(landed, current_ids, final_watermark))
+    # The other rule gives other rows on this data, and they are not what Spark dropped: with the
+    # previous watermark Spark drops fewer rows than the batch's own would.
+    what_if = late_ledger(config.checkpoint, late_watermark=other)
+    other_ids = {r.event["id"] for r in what_if.late_rows}
+    print(f"\nallowMultiple {allow_multiple}: late rows over {len(ledger.batches)} batches ({len(differing)} data "
+          f"batches whose own watermark differs from the previous one): {basis}-watermark rule {len(late_ids)}, "
+          f"{other}-watermark rule {len(other_ids)}; Spark's late groups "
+          f"{sum(b.spark_rows_dropped for b in ledger.batches)}")
+    assert (late_ids < other_ids) if basis == "previous" else (other_ids < late_ids)
+    assert not _sink_matches(sink, _replayed_windows(landed, other_ids, final_watermark))
     # The run balances: every input row is aggregated, late or quarantined.
     for tag in tags:
         report = reconcile_run(config.checkpoint, tag)

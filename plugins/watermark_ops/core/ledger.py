@@ -73,7 +73,7 @@ from watermark_ops.core.checkpoint import Checkpoint, open_storage, read_checkpo
 from watermark_ops.core.log_formats import ReadProblem
 from watermark_ops.core.partition_skew import PartitionSkew, partition_skew, skew_before_each_batch
 from watermark_ops.core.progress import progress_log_path, read_progress_log, run_report
-from watermark_ops.core.source_log import file_source_log_offset, read_source_log
+from watermark_ops.core.source_log import MAX_LOG_OFFSETS_PER_READ, file_source_log_offset, read_source_log
 from watermark_ops.core.times import iso_utc
 
 __all__ = [
@@ -769,6 +769,11 @@ def _replay(state: Checkpoint, storage: Any, root: str, batch_id: int, record: d
                 ok = False
                 continue
         ranges[source_id] = [start + 1, end]
+        bad = _bad_log_offsets(batch_id, source_id, start, end, offsets.file)
+        if bad is not None:  # a corrupt logOffset: never expanded into a huge range
+            problems.append(bad)
+            ok = False
+            continue
         log = read_source_log(storage, f"{root}/sources/{source_id}", range(start + 1, end + 1))
         problems.extend(ReadProblem(p.kind, p.file, p.message, batch_id) for p in log.problems)
         if log.problems:
@@ -818,6 +823,21 @@ def _replay(state: Checkpoint, storage: Any, root: str, batch_id: int, record: d
                            rule=rule, **spark_rows, **extra)
     return BatchLedger(batch_id, True, offsets.watermark_ms, offsets.timestamp_ms, tuple(files), ranges, rows_read,
                        quarantined, aggregated, tuple(late), rule=rule, **spark_rows, **extra)
+
+
+def _bad_log_offsets(batch_id: int, source_id: str, start: int, end: int, file: str) -> ReadProblem | None:
+    """A problem naming ``offsets/N`` when its log offset cannot follow ``offsets/N-1``'s ``start``:
+    lower (a file source's log offset never decreases) or more than
+    :data:`~watermark_ops.core.source_log.MAX_LOG_OFFSETS_PER_READ` ahead; None when plausible."""
+    before = f"offsets/{batch_id - 1} ended at {start}" if batch_id > 0 else "the first batch starts at 0"
+    if end < start:
+        return ReadProblem("bad_field", file, f"source {source_id}: logOffset {end} is below where the batch started "
+                           f"({before}): expected a log offset >= {start} (it never decreases)", batch_id)
+    if end - start > MAX_LOG_OFFSETS_PER_READ:
+        return ReadProblem("bad_field", file, f"source {source_id}: logOffset {end} is {end - start} log offsets "
+                           f"ahead ({before}): expected at most {MAX_LOG_OFFSETS_PER_READ} (the file source adds one "
+                           "log entry per micro-batch)", batch_id)
+    return None
 
 
 # --------------------------------------------------------------------------------------------

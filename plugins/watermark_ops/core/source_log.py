@@ -35,6 +35,7 @@ Pure core: imports neither Airflow nor Spark.
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import dataclass
 from typing import Any, Iterable
@@ -44,6 +45,7 @@ from watermark_ops.core.log_formats import LogFileError, ReadProblem, split_log_
 
 __all__ = [
     "COMPACT_SUFFIX",
+    "MAX_LOG_OFFSETS_PER_READ",
     "SOURCE_LOG_MAX_VERSION",
     "SourceFile",
     "SourceLog",
@@ -56,6 +58,10 @@ __all__ = [
 SOURCE_LOG_MAX_VERSION = 1
 #: ``CompactibleFileStreamLog.COMPACT_FILE_SUFFIX``.
 COMPACT_SUFFIX = ".compact"
+#: The most log offsets one read may ask for. The file source adds one log entry per micro-batch
+#: that found new files (``FileStreamSource.fetchMaxOffset``), so a batch reads one or two; more
+#: than this means a corrupt ``logOffset`` (a huge number), which must not become a huge set.
+MAX_LOG_OFFSETS_PER_READ = 10_000
 
 
 @dataclass(frozen=True)
@@ -124,13 +130,16 @@ class SourceLog:
     :ivar read_from: ``{log offset: the file its entries came from}`` (a plain file, or a compact
         file when the plain one was compacted or deleted).
     :ivar problems: unreadable, corrupt or missing log files, each naming the file and what was
-        expected.
+        expected (consecutive missing log offsets are one problem).
+    :ivar newest: the highest log offset a file of the folder is named after (``k`` or
+        ``k.compact``), None when the folder holds none (or could not be listed).
     """
 
     folder: str
     files: dict[int, tuple[SourceFile, ...]]
     read_from: dict[int, str]
     problems: tuple[ReadProblem, ...]
+    newest: int | None = None
 
 
 def read_source_log(storage: Any, folder: str, log_offsets: Iterable[int]) -> SourceLog:
@@ -142,12 +151,26 @@ def read_source_log(storage: Any, folder: str, log_offsets: Iterable[int]) -> So
 
     :param storage: from :func:`watermark_ops.core.checkpoint.open_storage`.
     :param folder: ``<checkpoint path>/sources/<i>`` inside that storage.
-    :param log_offsets: the log offsets wanted (e.g. ``range(start + 1, end + 1)`` for a batch).
+    :param log_offsets: the log offsets wanted (e.g. ``range(start + 1, end + 1)`` for a batch), at
+        most :data:`MAX_LOG_OFFSETS_PER_READ` of them: more is reported (``too_many``) and nothing is
+        read; a ``range`` is measured without being expanded.
     :return: a :class:`SourceLog`; never raises for bad content or a missing folder.
     """
     shown = storage.display(folder)
-    wanted = sorted(set(log_offsets))
     problems: list[ReadProblem] = []
+    if isinstance(log_offsets, range):
+        count, first = len(log_offsets), (log_offsets[0] if len(log_offsets) else None)
+    else:
+        head = list(itertools.islice(iter(log_offsets), MAX_LOG_OFFSETS_PER_READ + 1))
+        count, first = len(head), (min(head) if head else None)
+        log_offsets = head
+    if count > MAX_LOG_OFFSETS_PER_READ:
+        problems.append(ReadProblem(
+            "too_many", shown, f"{count if isinstance(log_offsets, range) else 'more than ' + str(count - 1)} log "
+            f"offsets asked for from {first} on: expected at most {MAX_LOG_OFFSETS_PER_READ} (the file source "
+            "adds one log entry per micro-batch; a corrupt logOffset?)"))
+        return SourceLog(shown, {}, {}, tuple(problems))
+    wanted = sorted(set(log_offsets))
     try:
         names = storage.names(folder)
     except FileNotFoundError:
@@ -165,16 +188,23 @@ def read_source_log(storage: Any, folder: str, log_offsets: Iterable[int]) -> So
         stem, is_compact = (name[: -len(COMPACT_SUFFIX)], True) if name.endswith(COMPACT_SUFFIX) else (name, False)
         if stem.isdigit() and stem.isascii():
             (compact if is_compact else plain)[int(stem)] = f"{folder}/{name}"
+    newest = max(itertools.chain(plain, compact), default=None)
     chosen: dict[int, str] = {}
+    compacts = sorted(compact)
+    absent: list[int] = []
     for k in wanted:
-        path = plain.get(k) or compact.get(k) or next((compact[c] for c in sorted(compact) if c > k), None)
+        path = plain.get(k) or compact.get(k) or next((compact[c] for c in compacts if c > k), None)
         if path is None:
-            problems.append(ReadProblem(
-                "missing", f"{shown}/{k}",
-                f"no file holds log offset {k}: expected {k} or {k}{COMPACT_SUFFIX}, or a later "
-                f"<n>{COMPACT_SUFFIX} (compaction), in the file source log"))
+            absent.append(k)
         else:
             chosen[k] = path
+    for low, high in _runs(absent):  # one problem per run of consecutive missing log offsets
+        span = str(low) if low == high else f"{low}..{high}"
+        problems.append(ReadProblem(
+            "missing", f"{shown}/{low}",
+            f"no file holds log offset{'s' if low != high else ''} {span}: expected {low} or {low}{COMPACT_SUFFIX}, "
+            f"or a later <n>{COMPACT_SUFFIX} (compaction), in the file source log (newest entry: "
+            f"{'none' if newest is None else newest})"))
     content = storage.read(sorted(set(chosen.values())))
     parsed: dict[str, list[SourceFile] | None] = {}
     for path in sorted(set(chosen.values())):
@@ -203,4 +233,15 @@ def read_source_log(storage: Any, folder: str, log_offsets: Iterable[int]) -> So
             continue
         files[k] = own
         read_from[k] = storage.display(path)
-    return SourceLog(shown, files, read_from, tuple(problems))
+    return SourceLog(shown, files, read_from, tuple(problems), newest)
+
+
+def _runs(ids: list[int]) -> list[tuple[int, int]]:
+    """Sorted ids → ``[(first, last)]`` of consecutive runs."""
+    runs: list[tuple[int, int]] = []
+    for i in ids:
+        if runs and i == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], i)
+        else:
+            runs.append((i, i))
+    return runs

@@ -222,3 +222,40 @@ def test_a_corrupt_allow_multiple_value_is_named_and_its_batch_not_guessed(tmp_p
     assert problem.kind == "bad_field" and problem.file == str(tmp_path / "ck.progress.jsonl")
     assert "statefulOperator.allowMultiple" in problem.message and '"maybe"' in problem.message
     assert "(batch 2)" in problem.message
+
+
+def test_a_corrupt_huge_log_offset_is_named_and_never_expanded(tmp_path):
+    import itertools
+    import tracemalloc
+
+    from watermark_ops.core.checkpoint import open_storage
+    from watermark_ops.core.source_log import MAX_LOG_OFFSETS_PER_READ, read_source_log
+
+    huge = 10**18
+    checkpoint, _ = lf.build(tmp_path, sources=['{"logOffset":0}', '{"logOffset":1}', '{"logOffset":%d}' % huge])
+    tracemalloc.start()
+    try:
+        ledger = late_ledger(str(checkpoint))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * 2**20  # a set of 10**18 log offsets would not fit anywhere
+    assert [b.replayed for b in ledger.batches] == [True, True, False]
+    (problem,) = ledger.problems
+    assert (problem.kind, problem.file, problem.batch_id) == ("bad_field", str(checkpoint / "offsets" / "2"), 2)
+    assert f"logOffset {huge} is {huge - 1} log offsets ahead (offsets/1 ended at 1)" in problem.message
+    assert f"expected at most {MAX_LOG_OFFSETS_PER_READ}" in problem.message
+    # A log offset below the previous batch's: named too (a file source's log offset never decreases).
+    checkpoint, _ = lf.build(tmp_path / "down", sources=['{"logOffset":0}', '{"logOffset":1}', '{"logOffset":0}'])
+    (problem,) = late_ledger(str(checkpoint)).problems
+    assert problem.file == str(checkpoint / "offsets" / "2") and "below where the batch started" in problem.message
+    # The reader itself refuses a huge request without expanding it, a range or any iterable.
+    storage, root = open_storage(str(checkpoint))
+    for asked in (range(0, huge), itertools.count()):
+        log = read_source_log(storage, f"{root}/sources/0", asked)
+        assert log.files == {} and [p.kind for p in log.problems] == ["too_many"]
+        assert f"expected at most {MAX_LOG_OFFSETS_PER_READ}" in log.problems[0].message
+    # Missing log offsets in a row are one problem, not one per offset.
+    log = read_source_log(storage, f"{root}/sources/0", range(0, 5000))
+    (missing,) = log.problems
+    assert log.newest == 2 and "no file holds log offsets 3..4999" in missing.message and "(newest entry: 2)" in missing.message
