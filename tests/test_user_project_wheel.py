@@ -41,7 +41,7 @@ def _run(command: list[str], env: dict[str, str], cwd: Path, log: Path, timeout:
 
 
 @pytest.fixture(scope="module")
-def user_env(tmp_path_factory):
+def user_env(tmp_path_factory, wheel):
     """A fresh virtual environment with the wheel, and the user's Airflow home; returns (env, paths)."""
     root = tmp_path_factory.mktemp("user")
     log = root / "commands.log"
@@ -49,8 +49,8 @@ def user_env(tmp_path_factory):
              if not k.startswith(("AIRFLOW", "WATERMARK_OPS", "PYTHONPATH", "PYSPARK", "VIRTUAL_ENV"))}
     clean["PATH"] = os.pathsep.join(p for p in clean.get("PATH", "").split(os.pathsep)
                                     if not p.startswith(str(Path(sys.executable).parent)))
-    _run([UV, "build", "--wheel", "--out-dir", str(root / "dist"), str(REPO)], clean, root, log)
-    (wheel,) = (root / "dist").glob("watermark_ops-*.whl")
+    # The session's wheel (tests/packaging_fixtures.build_wheel: built from a copy of the sources, so
+    # no build leaves an egg-info in plugins/, where Airflow would find the entry points twice).
     venv = root / "venv"
     _run([UV, "venv", "--python", sys.executable, str(venv)], clean, root, log)
     python = venv / "bin" / "python"
