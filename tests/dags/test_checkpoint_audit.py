@@ -68,3 +68,39 @@ def test_triggered_run_logs_the_same_table_as_the_terminal(spark, dag, tmp_path,
     assert len(table) == 1 + 7
     for line in table:
         assert line in log
+
+
+def test_on_call_accepts_a_deliberate_reset_through_the_form(dag, tmp_path):
+    """A checkpoint deleted and started again (new query id) fails the audit until on-call gives a reason."""
+    import shutil
+
+    from airflow.models import TaskInstance
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    def audit(conf: dict) -> tuple[str, dict]:
+        dag_run = dag.test(run_conf=conf)
+        with create_session() as session:
+            ti = session.query(TaskInstance).filter_by(dag_id="checkpoint_audit", run_id=dag_run.run_id).one()
+            xcom = session.query(XComModel).filter_by(dag_id="checkpoint_audit", run_id=dag_run.run_id,
+                                                      key="return_value").one()
+            report = xcom.value if not isinstance(xcom.value, str) else json.loads(xcom.value)
+            return ti.state, report
+
+    root = tmp_path / "deleted-on-purpose"
+    ids = [f"7d1b2a3c-0000-4000-8000-00000000000{n}" for n in "abc"]
+    cf.handmade_checkpoint(str(root), [(0, 5000), (5000, 9000)], query_id=ids[0])
+    assert audit({"checkpoint": str(root), "accept_reset": ""})[0] == "success"
+    shutil.rmtree(root)  # Spark's advice after a state schema change: delete the checkpoint, start again
+    cf.handmade_checkpoint(str(root), [(0, 3000)], query_id=ids[1])
+    # On-call gives the reason in the form of the first audit after the reset: accepted, on record.
+    state, report = audit({"checkpoint": str(root), "accept_reset": "OPS-7: deleted after a state schema change"})
+    assert state == "success" and report["status"] == "ok"
+    (accepted,) = [f for f in report["findings"] if f["rule"] == "reset_accepted"]
+    assert "OPS-7" in accepted["message"] and ids[0] in accepted["message"] and accepted["severity"] == "info"
+    # Another reset nobody accepted fails the audit, naming the acceptance that does not cover it.
+    shutil.rmtree(root)
+    cf.handmade_checkpoint(str(root), [(0, 1000)], query_id=ids[2])
+    state, report = audit({"checkpoint": str(root), "accept_reset": ""})
+    assert state == "failed" and [f["rule"] for f in report["findings"]] == ["checkpoint_reset"]
+    assert ids[1] in report["findings"][0]["message"]

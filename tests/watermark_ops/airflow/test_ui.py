@@ -23,22 +23,8 @@ def ui(spark, tmp_path_factory):
 @pytest.fixture(scope="module")
 def client(ui, airflow_db, tmp_path_factory):
     """A TestClient on the real api-server app, and the ``Authorization`` header of admin's JWT."""
-    from fastapi.testclient import TestClient
-
-    passwords = tmp_path_factory.mktemp("auth") / "passwords.json"
-    passwords.write_text(json.dumps({"admin": "admin"}))
-    patch = pytest.MonkeyPatch()
-    for name, value in {**ui.env(), "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
-                        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords)}.items():
-        patch.setenv(name, value)
-    from airflow.api_fastapi.app import create_app
-
-    with TestClient(create_app("core"), base_url="http://127.0.0.1") as test_client:
-        reply = test_client.post("/auth/token", json={"username": "admin", "password": "admin"})
-        assert reply.status_code in (200, 201), reply.text
-        test_client.headers["Authorization"] = f"Bearer {reply.json()['access_token']}"
+    with uf.admin_client(ui.env(), tmp_path_factory.mktemp("auth")) as test_client:
         yield test_client
-    patch.undo()
 
 
 def _anonymous(client):

@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import json
 import os
 import shutil
@@ -73,3 +75,28 @@ def build(spark, folder: Path, big_batches: int = 10_000) -> UiCheckpoints:
         ],
     }))
     return UiCheckpoints(root, outside, config)
+
+
+@contextlib.contextmanager
+def admin_client(env: dict[str, str], folder: Path):
+    """A TestClient on Airflow's real api-server app (the plugin mounted by the real plugin manager)
+    with ``env`` set, and the ``Authorization`` header of admin's JWT from the real SimpleAuthManager."""
+    import pytest
+    from fastapi.testclient import TestClient
+
+    passwords = folder / "passwords.json"
+    passwords.write_text(json.dumps({"admin": "admin"}))
+    patch = pytest.MonkeyPatch()
+    for name, value in {**env, "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+                        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords)}.items():
+        patch.setenv(name, value)
+    from airflow.api_fastapi.app import create_app
+
+    try:
+        with TestClient(create_app("core"), base_url="http://127.0.0.1") as test_client:
+            reply = test_client.post("/auth/token", json={"username": "admin", "password": "admin"})
+            assert reply.status_code in (200, 201), reply.text
+            test_client.headers["Authorization"] = f"Bearer {reply.json()['access_token']}"
+            yield test_client
+    finally:
+        patch.undo()

@@ -22,4 +22,4 @@ def test_thresholds_validate_and_round_trip():
         Thresholds(idle_after=None)
     with pytest.raises(ValueError, match="unknown threshold keys"):
         Thresholds.from_dict({"max_lag": 5})
-    assert STATES == ("jumped", "stalled", "lagging", "idle", "advancing")
+    assert STATES == ("jumped", "stalled", "lagging", "idle", "advancing", "no_watermark", "watermark_unknown")
