@@ -37,7 +37,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from watermark_ops.examples.flights.settings import REPO_ROOT, runtime_home
+from watermark_ops.examples.flights.settings import REPO_ROOT, airflow_config_env, runtime_home
 
 HOST = "127.0.0.1"
 #: Ports on 127.0.0.1, none of them a default (a developer's own PostgreSQL, Airflow or Spark keeps its own).
@@ -103,6 +103,9 @@ def environment() -> dict[str, str]:
         "SPARK_HOME": spark_home(),
         "SPARK_LOCAL_IP": HOST,
         "PYSPARK_PYTHON": sys.executable,
+        # The example's [watermark_ops] settings for this deployment's runtime home: its jobs'
+        # thresholds and landing folders, and the pages' "runtime" root.
+        **airflow_config_env(runtime_home()),
     }
     for name in ("AIRFLOW__API_AUTH__JWT_SECRET", "AIRFLOW__CORE__FERNET_KEY"):
         secret = home / f".{name.lower()}"

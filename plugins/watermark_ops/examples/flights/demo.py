@@ -35,7 +35,7 @@ import pendulum
 
 from watermark_ops.core.progress import progress_log_path, read_progress_log, summarize_run
 from watermark_ops.core.times import watermark_text
-from watermark_ops.examples.flights.settings import REPO_ROOT, job_locations, runtime_home
+from watermark_ops.examples.flights.settings import REPO_ROOT, airflow_config_env, job_locations, runtime_home
 
 DAG_ID = "flights_pipeline"
 JOB = "flight_windows"
@@ -58,6 +58,7 @@ def airflow_environment() -> dict[str, str]:
         "SPARK_LOCAL_IP": "127.0.0.1",
         "PYSPARK_PYTHON": sys.executable,
         "WATERMARK_OPS_HOME": str(runtime_home()),
+        **airflow_config_env(runtime_home()),  # the example's [watermark_ops] settings (thresholds, "runtime" root)
     }
     for key, value in defaults.items():
         env.setdefault(key, value)
