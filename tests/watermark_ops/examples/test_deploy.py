@@ -160,7 +160,8 @@ def test_the_scheduler_runs_three_days_on_the_cluster_and_survives_a_killed_work
     assert sorted(e.get("partition_key") or "" for e in days) == ["2013-01-01", "2013-01-02"], days
     # The watermark page of the deployment's api-server (the plugin) shows the checkpoint and its three runs.
     page = api.get("/watermark-ops/api/checkpoints/runtime/flight_windows")
-    assert page["audit"]["status"] == "ok" and page["state"] in ("advancing", "idle"), {k: v for k, v in page.items() if k not in ("chart", "runs", "batches")}
+    head = {k: v for k, v in page.items() if k not in ("chart", "runs", "batches")}
+    assert page["audit"]["status"] == "ok" and page["state"] in ("advancing", "idle"), head
     assert {run["run_tag"] for run in page["runs"]} == {run["dag_run_id"] for run in runs}
     assert len(page["chart"]["restarts"]) == len(page["runs"]) >= 3
     rows = {row["name"]: row for row in api.get("/watermark-ops/api/checkpoints")["checkpoints"]}
