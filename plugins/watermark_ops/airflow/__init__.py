@@ -11,6 +11,12 @@ Each holds its parameters (templated where a DAG needs it), delegates the work t
     triggers    WatermarkTrigger: the deferrable sensors' polling in the triggerer
     notifiers   WatermarkWebhookNotifier: a JSON alert to a webhook connection
     memory      AssetStateStoreMemory: the audit's memory in Airflow's asset state store
+    run         watermarked_run: the run pattern (spark-submit, progress, ledger, audit, completeness
+                gate, partition events) as one TaskGroup
+    registry    zero-configuration discovery: each task registers the checkpoint it touches
+    config      the [watermark_ops] configuration section (roots, explicit checkpoints)
+    plugin      WatermarkOpsPlugin (entry point ``airflow.plugins``): the UI pages (``ui``)
+    provider    get_provider_info (entry point ``apache_airflow_provider``); hooks: the webhook hook
 
 Importing a module of this package imports Airflow (``airflow.sdk``); the core does not. The
 package itself imports its modules on first use of a name.
@@ -30,6 +36,7 @@ _HOMES = {
     "WatermarkStallSensor": "sensors",
     "WatermarkTrigger": "triggers",
     "WatermarkWebhookNotifier": "notifiers",
+    "watermarked_run": "run",
 }
 
 
@@ -49,4 +56,5 @@ __all__ = [
     "WatermarkStallSensor",
     "WatermarkTrigger",
     "WatermarkWebhookNotifier",
+    "watermarked_run",
 ]
