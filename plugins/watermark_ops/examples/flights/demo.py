@@ -231,7 +231,7 @@ def runs_table(rows: list[dict], width: int):
 
 
 #: The timing table's columns after the interval: (heading, key of :func:`time_breakdown`'s result).
-_TIMING = (("DAG run", "DAG run"), ("land", "land"), ("spark start*", "spark start"), ("batches", "micro-batches"),
+_TIMING = (("DAG run", "DAG run"), ("land", "land"), ("spark start°", "spark start"), ("batches", "micro-batches"),
            ("spark stop", "spark stop"), ("progress", "collect_progress"), ("audit", "audit_checkpoint"),
            ("gate", "windows_complete"), ("Airflow†", "Airflow"))
 
@@ -317,14 +317,15 @@ def main(argv: list[str] | None = None) -> int:
     console.print(runs_table(rows, console.width))
     if timings:
         console.print(timing_table(timings, console.width))
-        console.print("* spark-submit, JVM and session start, until the first micro-batch of flight_windows began; "
+        console.print("° spark-submit, JVM and session start, until the first micro-batch of flight_windows began; "
                       "batches: its micro-batches; progress, audit, gate: the collect_progress, audit_checkpoint "
                       "and windows_complete tasks; † between and around tasks: `airflow dags test` start-up, "
                       "DAG parsing, scheduling.")
     console.print(
         "* Spark's numRowsDroppedByWatermark: counted after partial aggregation, i.e. late "
         "(window, airport, partition) groups rather than single flights.\n"
-        "§ the late-row ledger (watermark-ops late): every flight the run's batches dropped as late.\n"
+        "§ late flights: the late-row ledger (watermark-ops late), every flight the run's batches dropped as "
+        "late (in the 80-column table: the middle term of balanced‡).\n"
         "‡ input rows = aggregated + late + quarantined.\n"
         f"Checkpoint: {locations['checkpoint']}   windows: {locations['output']}   "
         f"total {time.monotonic() - started:.0f} s\n"
