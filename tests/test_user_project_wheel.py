@@ -105,9 +105,18 @@ def test_two_daily_runs_of_a_users_own_job(user_env):
     for day in DAYS:
         _run([airflow, "dags", "test", DAG_ID, day], env, root, log, timeout=900)
 
-    # The plugin is loaded once, from the wheel's entry point, with no import error.
-    plugins = json.loads(_run([airflow, "plugins", "--output", "json"], env, root, log))
-    assert [p["name"] for p in plugins].count("watermark_ops") == 1
+    # The plugin is loaded once, from the wheel's entry point, with no import error, and the provider
+    # is listed, whichever [core] lazy_discover_providers is.
+    for lazy in ("True", "False"):
+        lazy_env = {**env, "AIRFLOW__CORE__LAZY_DISCOVER_PROVIDERS": lazy}
+        plugins = json.loads(_run([airflow, "plugins", "--output", "json"], lazy_env, root, log))
+        assert [p["name"] for p in plugins].count("watermark_ops") == 1, plugins
+        # `airflow plugins` does not print import errors: the plugin manager's own list.
+        errors = _run([str(user_env["python"]), "-c", "import json; from airflow import plugins_manager as m; "
+                       "print(json.dumps(m.get_import_errors()))"], lazy_env, root, log)
+        assert json.loads(errors.strip().splitlines()[-1]) == {}
+        providers = json.loads(_run([airflow, "providers", "list", "--output", "json"], lazy_env, root, log))
+        assert [p["package_name"] for p in providers].count("watermark-ops") == 1, providers
 
     facts = json.loads(_run([str(user_env["python"]), str(PROJECT / "check.py"), DAG_ID, user_env["checkpoint"]],
                             env, root, log).strip().splitlines()[-1])
