@@ -119,6 +119,9 @@ def test_dedupe_without_watermark_is_no_watermark_not_stalled(built):
     assert "reports no event-time watermark" in c.reasons[0]
     assert [op["name"] for op in c.watermark_evidence["state_operators"]] == ["dedupe"]
     assert check(location, thresholds=REPLAY).outcome == "done"  # WatermarkStallSensor's evaluation: no alarm
+    # WatermarkReachedSensor's: a query without a watermark never reaches a target; fail now, not at the timeout.
+    reached = check(location, goal="reached", target_ms=0, thresholds=REPLAY)
+    assert reached.outcome == "fail" and "has no watermark" in reached.message
     report = audit_checkpoint(checkpoint, None)
     assert report.status == "ok" and not report.findings  # the audit still checks the logs
     # The old alarm's words are gone: nothing says stalled or 1970.

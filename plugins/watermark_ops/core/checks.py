@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from watermark_ops.core.stall import JUMPED, CheckpointMissing, Classification, evaluate
+from watermark_ops.core.stall import JUMPED, NO_WATERMARK, CheckpointMissing, Classification, evaluate
 from watermark_ops.core.thresholds import DEFAULT_THRESHOLDS, Thresholds
 from watermark_ops.core.times import iso_utc
 
@@ -56,7 +56,9 @@ def check(location: Any, *, goal: str = "healthy", thresholds: Thresholds = DEFA
     target_ms``: a committed batch ran with a watermark at or past the target, so append-mode
     windows ending at or before it are final *and in the sink*; ``jumped`` with ``fail_on_jumped``
     → ``fail`` (a future-dated record passes every target, but the rows still to come will be
-    dropped: completeness is not proven); else ``wait`` (also while the checkpoint does not exist).
+    dropped: completeness is not proven); ``no_watermark`` → ``fail`` (a query without a watermark never
+    reaches a target); else ``wait`` (also while the checkpoint does not exist, and for
+    ``watermark_unknown``, which may still be a watermark not set yet).
 
     :param target_ms: the target instant, epoch ms UTC (required for ``reached``).
     :raises ValueError: for a bad goal or a missing target.
@@ -76,12 +78,15 @@ def check(location: Any, *, goal: str = "healthy", thresholds: Thresholds = DEFA
         return Check("fail", f"{exc}: expected a Structured Streaming checkpoint")
     if goal == "healthy":
         if c.healthy:
-            return Check("done", f"healthy: {c.summary()}", c)
+            return Check("done", f"{'no alarm' if c.state == NO_WATERMARK else 'healthy'}: {c.summary()}", c)
         if c.state == JUMPED:
             return Check("fail", f"alarm: {c.summary()}", c)
         return Check("wait", f"alarm: {c.summary()}", c)
     if c.state == JUMPED and fail_on_jumped:
         return Check("fail", f"the watermark jumped ahead of processing time, completeness is not proven: {c.summary()}", c)
+    if c.state == NO_WATERMARK:
+        return Check("fail", f"this query has no watermark, so no target is ever reached (completeness by watermark "
+                             f"does not apply): {c.summary()}", c)
     emitted = c.emitted_through_ms
     if emitted is not None and emitted >= target_ms:
         return Check("done", f"reached: batches committed with watermark {iso_utc(emitted)} >= target "
