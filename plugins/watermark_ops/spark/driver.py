@@ -44,7 +44,11 @@ appended to ``<checkpoint>.progress.jsonl`` (beside the checkpoint). One line pe
 
 ``late_rule`` says which rows the query's stateful operator drops as late, so that a reader of the
 checkpoint (``watermark_ops.core.ledger``) can recover every dropped row without guessing the plan.
-The watermark is the batch's ``batchWatermarkMs`` (offsets/N), all instants epoch ms UTC::
+The watermark a row is judged against is the one Spark filters late events with
+(``IncrementalExecution.eventTimeWatermarkForLateEvents``): since Spark 3.4, with
+``statefulOperator.allowMultiple`` true (the default), the previous batch's ``batchWatermarkMs``
+(offsets/N-1; 0 for batch 0), else the batch's own (offsets/N); the record's ``spark_version`` and
+``requested_conf`` say which. All instants epoch ms UTC::
 
     {"kind": "window_end",      # a tumbling event-time window aggregation: a row is late when the
      "event_time": "dep_time",  #   end of its window (start = event time floored to window_ms) is
