@@ -312,7 +312,7 @@ def _late(args: argparse.Namespace) -> int:
     others = [p for p in ledger.problems if p.kind != "no_late_rule"]
     if no_rule:  # one line for every batch without a rule, not one per batch
         log = next(p.file for p in ledger.problems if p.kind == "no_late_rule")
-        print(f"watermark-ops late: {log}: no progress record with a late_rule for batches {_id_ranges(no_rule)} "
+        print(f"watermark-ops late: {log}: no progress record with a late_rule for batches {render.id_ranges(no_rule)} "
               "(written before the job recorded which rows it drops as late, or by a query without a watermark): "
               "left out", file=sys.stderr)
     for problem in others:
@@ -328,12 +328,3 @@ def _late(args: argparse.Namespace) -> int:
     return 0 if not others and not ledger.not_replayable and ledger.found else 2
 
 
-def _id_ranges(ids: list[int]) -> str:
-    """Sorted batch ids as ranges: ``0-3, 7``."""
-    parts: list[list[int]] = []
-    for i in ids:
-        if parts and i == parts[-1][1] + 1:
-            parts[-1][1] = i
-        else:
-            parts.append([i, i])
-    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in parts)

@@ -378,8 +378,8 @@ def print_lateness_report(report: LatenessReport, console: Any) -> None:
 # The late-row ledger
 
 
-def _id_ranges(ids: list[int]) -> str:
-    """Batch ids as ranges: ``0-3, 7``."""
+def id_ranges(ids: list[int]) -> str:
+    """Batch ids as ranges, sorted: ``0-3, 7``."""
     parts: list[list[int]] = []
     for i in sorted(ids):
         if parts and i == parts[-1][1] + 1:
@@ -433,7 +433,7 @@ def print_late_ledger(ledger: LateLedger, console: Any) -> None:
         if batch["late_watermark_rule"]:
             rules.setdefault(batch["late_watermark_rule"]["reason"], []).append(batch["batch_id"])
     for reason, ids in rules.items():  # which watermark filtered late rows (Spark version and conf)
-        table.caption += f"\nWatermark missed, batches {_id_ranges(ids)}: {reason}."
+        table.caption += f"\nWatermark missed, batches {id_ranges(ids)}: {reason}."
     if not document["batches"]:
         table.caption = "no batch to replay"
     console.print(table)

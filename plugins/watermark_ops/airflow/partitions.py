@@ -30,7 +30,7 @@ from typing import Any, Callable, Sequence
 from airflow.sdk import Asset, BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
-from watermark_ops.airflow.memory import state_store_key
+from watermark_ops.airflow.memory import partitions_key_prefix, state_store_key
 from watermark_ops.airflow.registry import add_registry_inlet, register_checkpoint
 from watermark_ops.core.partitions import (
     DEFAULT_TIMEZONE,
@@ -120,7 +120,7 @@ class WatermarkPartitionsOperator(BaseOperator):
 
     def memory_key(self) -> str:
         """``watermark_partitions:<grain>:<normalised checkpoint>`` (its SHA-256 when longer than 512)."""
-        return state_store_key(f"watermark_partitions:{self.grain}:", self.checkpoint)
+        return state_store_key(partitions_key_prefix(self.grain), self.checkpoint)
 
     def _load(self, store: Any, query_id: str | None) -> AnnouncedPartitions:
         key = self.memory_key()

@@ -141,8 +141,10 @@ def watermarked_run(
             py_files=py_files, conf=conf, env_vars=env_vars, **submit_kwargs,
         )
 
+        # The locations reach the task functions as arguments, so Airflow renders them (templated).
         @task(task_id=ids["collect"], multiple_outputs=True)
-        def collect_progress(run_id=None) -> dict:
+        def collect_progress(checkpoint: str, quarantine_checkpoint: str | None, landings: list[str],
+                             run_id=None) -> dict:
             """This run's micro-batches (batch ids, watermarks, windows emitted, drops), last watermark,
             rows kept aside, and (with ``lateness``) the drop rate and delay-threshold advice."""
             from watermark_ops.core.lateness import lateness_report
@@ -157,7 +159,8 @@ def watermarked_run(
             return report
 
         @task(task_id=ids["ledger"], multiple_outputs=True, inlets=[CHECKPOINT_REGISTRY])
-        def late_ledger(run_id=None) -> dict:
+        def late_ledger(checkpoint: str, quarantine_checkpoint: str | None, landings: list[str],
+                        late_sink: str | None, run_id=None) -> dict:
             """Every row this run's batches dropped as late, recovered from the checkpoint and the landed
             files (Spark counts only late groups); ``balanced``: rows in = aggregated + late + quarantined.
             Registers the checkpoint with its landing folders and ledger sink (the UI and the monitor list it)."""
@@ -170,8 +173,8 @@ def watermarked_run(
             return reconcile_run(checkpoint, run_id, quarantine_checkpoint, sink=late_sink)
 
         audit = WatermarkAuditOperator(task_id=ids["audit"], checkpoint=checkpoint)
-        ledger = late_ledger()
-        submit >> [collect_progress(), ledger, audit]
+        ledger = late_ledger(checkpoint, quarantine_checkpoint, landings, late_sink)
+        submit >> [collect_progress(checkpoint, quarantine_checkpoint, landings), ledger, audit]
 
         gate = None
         if complete_target is not None:

@@ -37,7 +37,9 @@ Rules (name: severity, what):
   warning. That option lives only in the query's options: Spark writes it into no checkpoint
   file (``offsets/N`` ``conf`` holds only ``OffsetSeqMetadata.relevantSQLConfs``), so the audit
   takes it from the job's progress log (``requested_conf["asyncProgressTrackingEnabled"]``) or
-  an offsets ``conf`` that carries it.
+  an offsets ``conf`` that carries it. The recorder (``watermark_ops.spark``) does not write it:
+  async progress tracking needs a ProcessingTime trigger, never the availableNow / once runs the
+  run pattern launches; a long-running query that uses it must add it to its progress records.
 * ``in_flight_batch`` (info): the head has offsets but no commit: running now, or its driver died;
   the next start re-runs it with its own offsets.
 * ``conf_changed`` (warning): a recorded conf differs from the previous batch's (Spark freezes

@@ -100,6 +100,7 @@ import warnings
 from datetime import datetime
 from typing import Any, Callable
 
+from watermark_ops.core.ledger import ALLOW_MULTIPLE_CONF
 from watermark_ops.core.progress import progress_log_path
 from watermark_ops.spark.lock import CheckpointInUse, checkpoint_lock
 
@@ -113,10 +114,9 @@ POLICY_CONF = "spark.sql.streaming.multipleWatermarkPolicy"
 # overrides on every restart. Each run records what its session asked for, so the audit can report
 # a request the checkpoint ignored (OffsetSeqMetadata.setSessionConf in OffsetSeq.scala).
 FROZEN_CONFS = (POLICY_CONF, "spark.sql.shuffle.partitions")
-#: Whether late rows are filtered against the previous batch's watermark (true, Spark 3.4+ default;
-#: ``IncrementalExecution.eventTimeWatermarkForLateEvents``) or the current one. A session conf that
-#: the offset log does not record, so the recorder does.
-ALLOW_MULTIPLE_CONF = "spark.sql.streaming.statefulOperator.allowMultiple"
+# ALLOW_MULTIPLE_CONF (core.ledger): whether late rows are filtered against the previous batch's
+# watermark (true, the Spark 3.4+ default) or the current one; a session conf the offset log does
+# not record, so the recorder does.
 #: The confs each progress record carries under ``requested_conf`` (the session's values).
 RECORDED_CONFS = (*FROZEN_CONFS, ALLOW_MULTIPLE_CONF)
 # OffsetSeqMetadata.relevantSQLConfDefaultValues: a checkpoint whose offsets conf lacks the key

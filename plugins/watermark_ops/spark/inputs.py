@@ -45,7 +45,6 @@ BASE_QUARANTINE_REASONS = ("invalid_encoding", "malformed_record", "null_event_t
 ISO_DATE_TIME = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:?\d{2})$"
 _INTERVAL = re.compile(r"^\s*\d+\s+(second|minute|hour|day)s?(\s+\d+\s+(second|minute|hour|day)s?)*\s*$")
 
-_INTERVAL = re.compile(r"^\s*\d+\s+(second|minute|hour|day)s?(\s+\d+\s+(second|minute|hour|day)s?)*\s*$")
 
 
 def check_interval(value: str | None) -> str | None:
