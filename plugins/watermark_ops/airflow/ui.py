@@ -16,6 +16,12 @@ Every route requires an authenticated Airflow user, exactly as the rest of the U
 ``airflow.api_fastapi.core_api.security.get_user`` (plugin apps are open by default; this one is
 not). No token: 401; an invalid one: 403.
 
+Who sees what (:mod:`watermark_ops.airflow.access`, Airflow's auth manager decides): a checkpoint
+is shown (overview row, page, JSON, the DAG tab's link) only to a user who may read at least one DAG
+claiming it (that registered it or that its ``[watermark_ops]`` entry names in ``dag_ids``); one no
+DAG claims, only to a user who may read assets (admins). A page, JSON or DAG-tab URL of a
+checkpoint the user may not see: 403, before the checkpoint is read.
+
 A page reads only checkpoints under the roots ``roots()`` gives
 (:class:`watermark_ops.core.roots.CheckpointRoots`; the plugin adds each registered checkpoint's own
 folder, :class:`watermark_ops.airflow.plugin.PageRoots`): a path that could escape is refused (400 or
@@ -73,7 +79,8 @@ def create_app(roots: Callable[[], CheckpointRoots], known: Callable[[], list[Kn
     def base(request: Request) -> str:
         return request.scope.get("root_path", "").rstrip("/")
 
-    def rows(request: Request) -> tuple[list[dict[str, Any]], CheckpointRoots, str]:
+    def rows(request: Request, user: Any) -> tuple[list[dict[str, Any]], CheckpointRoots, str]:
+        from watermark_ops.airflow.access import visible_entries
         from watermark_ops.core.overview import overview_row, sort_overview
         from watermark_ops.core.times import iso_utc, now_ms
 
@@ -83,7 +90,7 @@ def create_app(roots: Callable[[], CheckpointRoots], known: Callable[[], list[Kn
         except ValueError as exc:  # a bad checkpoint_roots option: one row names it, nothing is read
             return [_error_row("checkpoint roots", str(exc))], CheckpointRoots({}), iso_utc(at)
         out = []
-        for entry in _known_or_error(known):
+        for entry in visible_entries(user, _known_or_error(known), same=_place(checkpoint_roots)):
             if entry.get("config_error"):  # the config itself cannot be read: one row says so
                 out.append(entry)
                 continue
@@ -104,22 +111,25 @@ def create_app(roots: Callable[[], CheckpointRoots], known: Callable[[], list[Kn
         return sort_overview(out), checkpoint_roots, iso_utc(at)
 
     @app.get("/", response_class=HTMLResponse)
-    def overview(request: Request) -> Response:
+    def overview(request: Request, user: Any = Depends(require_user)) -> Response:
         from watermark_ops.render_html import overview_page
 
-        found, checkpoint_roots, at = rows(request)
+        found, checkpoint_roots, at = rows(request, user)
         return HTMLResponse(overview_page(found, base=base(request), roots=checkpoint_roots.roots, evaluated_at=at))
 
     @app.get("/api/checkpoints")
-    def overview_json(request: Request) -> Response:
-        found, checkpoint_roots, at = rows(request)
+    def overview_json(request: Request, user: Any = Depends(require_user)) -> Response:
+        found, checkpoint_roots, at = rows(request, user)
         return JSONResponse({"evaluated_at": at, "roots": checkpoint_roots.roots, "checkpoints": found})
 
-    def detail(root: str, path: str, limit: int | None) -> dict[str, Any]:
+    def detail(root: str, path: str, limit: int | None, user: Any) -> dict[str, Any]:
+        from watermark_ops.airflow.access import may_see_location
         from watermark_ops.core.overview import DEFAULT_CHART_LIMIT, checkpoint_detail
 
         checkpoint_roots = roots()
         location = checkpoint_roots.locate(root, path)  # raises PathRefused before anything is read
+        if not may_see_location(user, location, _known_or_error(known), same=_place(checkpoint_roots)):
+            raise PathRefused(403, f"{root}/{path}: not shown to this user (no DAG claiming it may be read)")
         entry = _entry_for(known, checkpoint_roots, location)
         name = entry.get("name") if entry.get("name") not in (None, entry.get("checkpoint")) else f"{root}/{path}"
         if limit is None:
@@ -128,11 +138,12 @@ def create_app(roots: Callable[[], CheckpointRoots], known: Callable[[], list[Kn
                                  chart_limit=max(0, limit), late_sink=entry.get("late_sink"))
 
     @app.get("/checkpoints/{root}/{path:path}", response_class=HTMLResponse)
-    def checkpoint(request: Request, root: str, path: str, limit: int | None = None) -> Response:
+    def checkpoint(request: Request, root: str, path: str, limit: int | None = None,
+                   user: Any = Depends(require_user)) -> Response:
         from watermark_ops.render_html import checkpoint_page, error_page
 
         try:
-            data = detail(root, path, limit)
+            data = detail(root, path, limit, user)
         except PathRefused as exc:
             return HTMLResponse(error_page("Checkpoint not shown", exc.reason, base=base(request)), exc.status)
         except Exception as exc:  # unreadable storage: say so on the page
@@ -141,9 +152,9 @@ def create_app(roots: Callable[[], CheckpointRoots], known: Callable[[], list[Kn
                                             json_url=f"{base(request)}/api/checkpoints/{root}/{path}"))
 
     @app.get("/api/checkpoints/{root}/{path:path}")
-    def checkpoint_json(root: str, path: str, limit: int | None = None) -> Response:
+    def checkpoint_json(root: str, path: str, limit: int | None = None, user: Any = Depends(require_user)) -> Response:
         try:
-            data = detail(root, path, limit)
+            data = detail(root, path, limit, user)
         except PathRefused as exc:
             return JSONResponse({"detail": exc.reason}, exc.status)
         except Exception as exc:
@@ -151,9 +162,15 @@ def create_app(roots: Callable[[], CheckpointRoots], known: Callable[[], list[Kn
         return Response(json.dumps(data), media_type="application/json")
 
     @app.get("/dags/{dag_id}")
-    def for_dag(request: Request, dag_id: str, task_id: str | None = None) -> Response:
+    def for_dag(request: Request, dag_id: str, task_id: str | None = None, user: Any = Depends(require_user)) -> Response:
         # task_id comes with the task-instance tab's link: the checkpoint that task touches, else the
         # DAG's one checkpoint; a DAG (or task) touching several leads to the overview.
+        from watermark_ops.airflow.access import may_read_dag
+        from watermark_ops.render_html import error_page
+
+        if not may_read_dag(user, dag_id):  # every checkpoint it leads to is claimed by this DAG
+            return HTMLResponse(error_page("Checkpoint not shown", f"DAG {dag_id}: not readable by this user",
+                                           base=base(request)), 403)
         try:
             checkpoint_roots = roots()
         except ValueError:
@@ -169,6 +186,17 @@ def create_app(roots: Callable[[], CheckpointRoots], known: Callable[[], list[Kn
         return RedirectResponse(f"{base(request)}/", 307)
 
     return app
+
+
+def _place(checkpoint_roots: CheckpointRoots) -> Callable[[str], Any]:
+    """Location -> its page address (two spellings of one folder are one place), else the
+    normalised location: what :mod:`watermark_ops.airflow.access` adds claims up by."""
+    from watermark_ops.core.memory import memory_key
+
+    def place(location: str) -> Any:
+        return checkpoint_roots.address(location) or memory_key(location)
+
+    return place
 
 
 def _known_or_error(known: Callable[[], list[Known]]) -> list[dict[str, Any]]:

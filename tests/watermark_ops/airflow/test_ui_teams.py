@@ -1,0 +1,188 @@
+"""Many teams, one UI: each team sees only the checkpoints of its own DAGs, through Airflow's real
+api-server app, the real SimpleAuthManager in multi-team mode and the real metadata DB.
+
+Two teams (``alpha``, ``beta``), each with its own DAG bundle (a folder with one real DAG file, the
+bundle tied to the team in ``[dag_processor] dag_bundle_config_list``, as the DAG processor syncs it).
+Alpha's DAG audits its checkpoint through ``dag.test()`` and so registers it; beta's checkpoint is
+claimed by beta's DAG through the monitor config's ``dag_ids``; a third checkpoint no DAG claims.
+Every checkpoint is a copy of the shared real Spark-written restart history.
+
+Users (``name:role:team``): alice (viewer, alpha), bob (user, beta), admin (admin, no team), and
+guest (no role: with SimpleAuthManager the only user who may not read assets).
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from tests.watermark_ops import checkpoint_fixtures as cf
+from tests.watermark_ops.airflow.registry_fixtures import clear_registry
+
+pytestmark = pytest.mark.timeout(300)
+
+PREFIX = "/watermark-ops"
+DAG_FILE = '''
+import pendulum
+from airflow.sdk import DAG
+
+from watermark_ops.airflow.operators import WatermarkAuditOperator
+
+with DAG("{dag_id}", schedule=None, start_date=pendulum.datetime(2024, 1, 1, tz="UTC")):
+    WatermarkAuditOperator(task_id="audit_orders", checkpoint={checkpoint!r})
+'''
+
+
+@pytest.fixture(scope="module")
+def teams(spark, airflow_db, tmp_path_factory):
+    """The deployment above; yields ``{user: logged-in TestClient}`` and the checkpoints' places."""
+    from fastapi.testclient import TestClient
+
+    from airflow.dag_processing.bundles.manager import DagBundlesManager
+    from airflow.dag_processing.dagbag import BundleDagBag, sync_bag_to_db
+    from airflow.models.team import Team
+    from airflow.utils.session import create_session
+
+    folder = tmp_path_factory.mktemp("teams")
+    history = cf.restart_history(spark)
+    root = folder / "root"
+    root.mkdir()
+    for name in ("alpha-orders", "beta-orders", "unclaimed"):
+        cf.copy_checkpoint(history.checkpoint, root / name)
+    bundles = [{"name": "dags-folder", "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
+                "kwargs": {}}]
+    for team in ("alpha", "beta"):
+        dags = folder / f"{team}-dags"
+        dags.mkdir()
+        (dags / f"{team}_orders.py").write_text(textwrap.dedent(DAG_FILE.format(
+            dag_id=f"{team}_orders_audit", checkpoint=str(root / f"{team}-orders"))))
+        bundles.append({"name": f"{team}-dags", "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
+                        "kwargs": {"path": str(dags)}, "team_name": team})
+    config = folder / "watermark_monitor.json"
+    config.write_text(json.dumps({"checkpoints": [
+        {"checkpoint": str(root / "beta-orders"), "dag_ids": ["beta_orders_audit"]},
+        {"checkpoint": str(root / "unclaimed")},
+    ]}))
+    passwords = folder / "passwords.json"
+    passwords.write_text(json.dumps({"admin": "admin", "alice": "alice", "bob": "bob", "guest": "guest"}))
+
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in {
+            "AIRFLOW__CORE__MULTI_TEAM": "True",
+            "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": json.dumps(bundles),
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin,alice:viewer:alpha,bob:user:beta,guest:",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+            "AIRFLOW__WATERMARK_OPS__CHECKPOINT_ROOTS": json.dumps({"teams": str(root)}),
+            "AIRFLOW__WATERMARK_OPS__MONITOR_CONFIG": str(config),
+        }.items():
+            patch.setenv(name, value)
+        patch.delenv("AIRFLOW__WATERMARK_OPS__CHECKPOINTS", raising=False)
+        # What `airflow teams create` and the DAG processor do: the teams, the bundles tied to them,
+        # each bundle's DAGs parsed into the DB.
+        with create_session() as session:
+            for team in ("alpha", "beta"):
+                if Team.get_name_if_exists(team, session=session) is None:
+                    session.add(Team(name=team))
+        manager = DagBundlesManager()
+        manager.sync_bundles_to_db()
+        dags = {}
+        for team in ("alpha", "beta"):
+            bundle = manager.get_bundle(f"{team}-dags")
+            bag = BundleDagBag(dag_folder=bundle.path, bundle_path=bundle.path, bundle_name=bundle.name)
+            assert not bag.import_errors, bag.import_errors
+            sync_bag_to_db(bag, bundle.name, None)
+            dags.update(bag.dags)
+        clear_registry()
+        run = dags["alpha_orders_audit"].test()  # registers alpha's checkpoint under its DAG id
+        assert str(run.state) == "success"
+
+        from airflow.api_fastapi.app import create_app
+
+        with TestClient(create_app("core"), base_url="http://127.0.0.1") as app_client:
+            clients = {}
+            for user in ("admin", "alice", "bob", "guest"):
+                client = TestClient(app_client.app, base_url="http://127.0.0.1")
+                reply = client.post("/auth/token", json={"username": user, "password": user})
+                assert reply.status_code in (200, 201), reply.text
+                client.headers["Authorization"] = f"Bearer {reply.json()['access_token']}"
+                clients[user] = client
+            yield clients, root
+
+
+def _rows(client) -> dict[str, dict]:
+    reply = client.get(f"{PREFIX}/api/checkpoints")
+    assert reply.status_code == 200, reply.text
+    return {row["location"]: row for row in reply.json()["checkpoints"]}
+
+
+def test_the_teams_are_airflows_own(teams):
+    """Airflow itself scopes the DAGs by team: what the pages follow."""
+    from airflow.models.dag import DagModel
+
+    clients, _ = teams
+    assert DagModel.get_team_name("alpha_orders_audit") == "alpha"
+    assert DagModel.get_team_name("beta_orders_audit") == "beta"
+    alice, bob = clients["alice"], clients["bob"]
+    assert alice.get("/api/v2/dags/alpha_orders_audit").status_code == 200
+    assert alice.get("/api/v2/dags/beta_orders_audit").status_code == 403
+    assert bob.get("/api/v2/dags/beta_orders_audit").status_code == 200
+    assert bob.get("/api/v2/dags/alpha_orders_audit").status_code == 403
+
+
+def test_each_team_sees_only_its_own_rows(teams):
+    clients, root = teams
+    alpha, beta, unclaimed = (str(root / name) for name in ("alpha-orders", "beta-orders", "unclaimed"))
+    alice, bob, admin = _rows(clients["alice"]), _rows(clients["bob"]), _rows(clients["admin"])
+    assert set(alice) == {alpha, unclaimed}  # a viewer may read assets: the unclaimed one too
+    assert set(bob) == {beta, unclaimed}
+    assert set(admin) == {alpha, beta, unclaimed}
+    assert alice[alpha]["dag_ids"] == ["alpha_orders_audit"] and alice[alpha]["audit_status"] == "ok"
+    assert bob[beta]["dag_ids"] == ["beta_orders_audit"] and bob[beta]["audit_status"] == "ok"
+    assert _rows(clients["guest"]) == {}  # no role: no DAG, no asset
+
+    page = clients["alice"].get(f"{PREFIX}/")
+    assert page.status_code == 200
+    assert f'href="{PREFIX}/checkpoints/teams/alpha-orders"' in page.text
+    assert "beta-orders" not in page.text and "beta_orders_audit" not in page.text
+    page = clients["bob"].get(f"{PREFIX}/").text
+    assert f'href="{PREFIX}/checkpoints/teams/beta-orders"' in page and "alpha-orders" not in page
+    page = clients["admin"].get(f"{PREFIX}/").text
+    assert all(f'href="{PREFIX}/checkpoints/teams/{name}"' in page
+               for name in ("alpha-orders", "beta-orders", "unclaimed"))
+
+
+@pytest.mark.parametrize("user, allowed, refused", [
+    ("alice", ["alpha-orders", "unclaimed"], ["beta-orders"]),
+    ("bob", ["beta-orders", "unclaimed"], ["alpha-orders"]),
+    ("admin", ["alpha-orders", "beta-orders", "unclaimed"], []),
+    ("guest", [], ["alpha-orders", "beta-orders", "unclaimed"]),
+])
+def test_a_checkpoint_page_of_another_team_is_403_before_it_is_read(teams, user, allowed, refused, monkeypatch):
+    import watermark_ops.core.overview as overview
+
+    client = teams[0][user]
+    for name in allowed:
+        assert client.get(f"{PREFIX}/api/checkpoints/teams/{name}").json()["audit"]["status"] == "ok"
+        assert client.get(f"{PREFIX}/checkpoints/teams/{name}").status_code == 200
+    read = []
+    monkeypatch.setattr(overview, "read_checkpoint", lambda *a, **k: read.append(a) or pytest.fail("read"))
+    for name in refused:
+        reply = client.get(f"{PREFIX}/api/checkpoints/teams/{name}")
+        assert reply.status_code == 403 and "not shown to this user" in reply.json()["detail"]
+        page = client.get(f"{PREFIX}/checkpoints/teams/{name}")
+        assert page.status_code == 403 and "Checkpoint not shown" in page.text
+        assert client.get(f"{PREFIX}/api/checkpoints/teams/{name}/").status_code in (400, 403, 404)
+    assert read == []
+
+
+def test_the_dag_tab_leads_only_to_ones_own_checkpoint(teams):
+    clients, _ = teams
+    alice, bob = clients["alice"], clients["bob"]
+    reply = alice.get(f"{PREFIX}/dags/alpha_orders_audit?task_id=audit_orders", follow_redirects=False)
+    assert reply.status_code == 307 and reply.headers["location"] == f"{PREFIX}/checkpoints/teams/alpha-orders"
+    reply = bob.get(f"{PREFIX}/dags/beta_orders_audit", follow_redirects=False)
+    assert reply.status_code == 307 and reply.headers["location"] == f"{PREFIX}/checkpoints/teams/beta-orders"
+    assert alice.get(f"{PREFIX}/dags/beta_orders_audit", follow_redirects=False).status_code == 403
+    assert bob.get(f"{PREFIX}/dags/alpha_orders_audit?task_id=audit_orders", follow_redirects=False).status_code == 403
