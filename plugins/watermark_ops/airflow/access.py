@@ -14,7 +14,9 @@ it (:mod:`watermark_ops.airflow.registry`) and the ``dag_ids`` of its ``[waterma
   request for an unknown DAG id.
 * A checkpoint no DAG claims (a configured entry without ``dag_ids``, a folder under a root that no
   entry names, a configuration error row) is shown to users allowed to read assets
-  (``is_authorized_asset(method="GET")``), which admins are in every auth manager.
+  (``is_authorized_asset(method="GET")``), which admins are in every auth manager. While the
+  configuration cannot be read, a page no registered DAG claims is refused to everyone (its
+  configured ``dag_ids`` are unknown).
 
 Nothing here reads a checkpoint; the decisions read only the metadata DB (one query per call) and
 ask the auth manager.
@@ -141,13 +143,18 @@ def may_see_location(user: Any, location: str, entries: Iterable[Entry], *,
     :param same: location -> the place it designates (the page address); must not be None for
         ``location``.
     :return: True when one claiming DAG may be read (``is_authorized_dag`` one by one, stopping at
-        the first), or when unclaimed and assets may be read.
+        the first), or when unclaimed and assets may be read. False for an unclaimed location while
+        an entry is a configuration error (``"config_error"``: the configuration could not be read,
+        so the ``dag_ids`` it gives are unknown), whoever asks: the overview names the error.
     """
     from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
 
+    entries = list(entries)
     place = same(location)
     claimed = _claims(entries, same).get(place, set()) if place is not None else set()
     if not claimed:
+        if any(entry.get("config_error") for entry in entries):
+            return False  # the configuration cannot be read: its claims are unknown, refuse (fail closed)
         return may_read_assets(user)
     manager = _auth_manager()
     return any(manager.is_authorized_dag(method="GET", details=DagDetails(id=dag_id, team_name=team), user=user)

@@ -186,3 +186,19 @@ def test_the_dag_tab_leads_only_to_ones_own_checkpoint(teams):
     assert reply.status_code == 307 and reply.headers["location"] == f"{PREFIX}/checkpoints/teams/beta-orders"
     assert alice.get(f"{PREFIX}/dags/beta_orders_audit", follow_redirects=False).status_code == 403
     assert bob.get(f"{PREFIX}/dags/alpha_orders_audit?task_id=audit_orders", follow_redirects=False).status_code == 403
+
+
+def test_an_unreadable_config_hides_what_only_it_claims(teams, tmp_path, monkeypatch):
+    """Beta's checkpoint is claimed through the config only: with the config broken its claim is
+    unknown, so its page is refused to everyone (not shown as unclaimed); alpha's registered claim holds."""
+    clients, _ = teams
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    monkeypatch.setenv("AIRFLOW__WATERMARK_OPS__MONITOR_CONFIG", str(bad))
+    for user in ("alice", "admin"):
+        assert clients[user].get(f"{PREFIX}/api/checkpoints/teams/beta-orders").status_code == 403
+        assert clients[user].get(f"{PREFIX}/api/checkpoints/teams/unclaimed").status_code == 403
+        assert clients[user].get(f"{PREFIX}/api/checkpoints/teams/alpha-orders").status_code == 200
+    assert clients["bob"].get(f"{PREFIX}/api/checkpoints/teams/alpha-orders").status_code == 403
+    rows = clients["alice"].get(f"{PREFIX}/api/checkpoints").json()["checkpoints"]
+    assert "cannot read the monitor config" in rows[0]["error"]
