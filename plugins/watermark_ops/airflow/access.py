@@ -103,17 +103,24 @@ def visible_entries(user: Any, entries: Iterable[Entry], *,
     :param same: location -> the place it designates (the pages pass the page address, so two
         spellings of one folder share their claims); None: the normalised location
         (:func:`watermark_ops.core.memory.memory_key`). A place of None: the entry's own claims only.
-    :return: the visible entries (the same dicts, unchanged).
+    :return: the visible entries, in order; each a shallow copy whose ``"dag_ids"`` keeps only the
+        DAGs the user may read (a checkpoint two teams' DAGs claim names to each team its own DAGs).
     """
-    entries = list(entries)
-    if same is None:
-        from watermark_ops.core.memory import memory_key
+    from watermark_ops.core.memory import memory_key
 
-        same = memory_key
-    claims = _claims(entries, same)
+    entries = list(entries)
+    designate = same or memory_key
+    places: dict[str, Hashable | None] = {}
+
+    def place_of(location: str) -> Hashable | None:  # once per location (a page address resolves the path)
+        if location not in places:
+            places[location] = designate(location)
+        return places[location]
+
+    claims = _claims(entries, place_of)
 
     def claimed_by(entry: Entry) -> set[str]:
-        place = same(entry["checkpoint"]) if isinstance(entry.get("checkpoint"), str) else None
+        place = place_of(entry["checkpoint"]) if isinstance(entry.get("checkpoint"), str) else None
         own = {str(d) for d in entry.get("dag_ids") or ()}
         return claims[place] | own if place is not None else own
 
@@ -124,12 +131,12 @@ def visible_entries(user: Any, entries: Iterable[Entry], *,
     for entry, dag_ids in zip(entries, wanted):
         if dag_ids:
             if dag_ids & readable:
-                out.append(entry)
+                out.append(dict(entry, dag_ids=[d for d in entry.get("dag_ids") or () if str(d) in readable]))
             continue
         if assets is None:
             assets = may_read_assets(user)
         if assets:
-            out.append(entry)
+            out.append(dict(entry))
     return out
 
 

@@ -162,7 +162,8 @@ def create_app(roots: Callable[[], CheckpointRoots], known: Callable[[], list[Kn
         return Response(json.dumps(data), media_type="application/json")
 
     @app.get("/dags/{dag_id}")
-    def for_dag(request: Request, dag_id: str, task_id: str | None = None, user: Any = Depends(require_user)) -> Response:
+    def for_dag(request: Request, dag_id: str, task_id: str | None = None,
+                user: Any = Depends(require_user)) -> Response:
         # task_id comes with the task-instance tab's link: the checkpoint that task touches, else the
         # DAG's one checkpoint; a DAG (or task) touching several leads to the overview.
         from watermark_ops.airflow.access import may_read_dag

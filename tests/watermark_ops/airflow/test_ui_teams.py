@@ -4,7 +4,8 @@ api-server app, the real SimpleAuthManager in multi-team mode and the real metad
 Two teams (``alpha``, ``beta``), each with its own DAG bundle (a folder with one real DAG file, the
 bundle tied to the team in ``[dag_processor] dag_bundle_config_list``, as the DAG processor syncs it).
 Alpha's DAG audits its checkpoint through ``dag.test()`` and so registers it; beta's checkpoint is
-claimed by beta's DAG through the monitor config's ``dag_ids``; a third checkpoint no DAG claims.
+claimed by beta's DAG through the monitor config's ``dag_ids``; a third is claimed by both DAGs (the
+config), a fourth by none.
 Every checkpoint is a copy of the shared real Spark-written restart history.
 
 Users (``name:role:team``): alice (viewer, alpha), bob (user, beta), admin (admin, no team), and
@@ -49,7 +50,7 @@ def teams(spark, airflow_db, tmp_path_factory):
     history = cf.restart_history(spark)
     root = folder / "root"
     root.mkdir()
-    for name in ("alpha-orders", "beta-orders", "unclaimed"):
+    for name in ("alpha-orders", "beta-orders", "shared", "unclaimed"):
         cf.copy_checkpoint(history.checkpoint, root / name)
     bundles = [{"name": "dags-folder", "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
                 "kwargs": {}}]
@@ -63,6 +64,7 @@ def teams(spark, airflow_db, tmp_path_factory):
     config = folder / "watermark_monitor.json"
     config.write_text(json.dumps({"checkpoints": [
         {"checkpoint": str(root / "beta-orders"), "dag_ids": ["beta_orders_audit"]},
+        {"checkpoint": str(root / "shared"), "dag_ids": ["alpha_orders_audit", "beta_orders_audit"]},
         {"checkpoint": str(root / "unclaimed")},
     ]}))
     passwords = folder / "passwords.json"
@@ -133,11 +135,15 @@ def test_the_teams_are_airflows_own(teams):
 
 def test_each_team_sees_only_its_own_rows(teams):
     clients, root = teams
-    alpha, beta, unclaimed = (str(root / name) for name in ("alpha-orders", "beta-orders", "unclaimed"))
+    alpha, beta, shared, unclaimed = (str(root / name) for name in ("alpha-orders", "beta-orders", "shared",
+                                                                    "unclaimed"))
     alice, bob, admin = _rows(clients["alice"]), _rows(clients["bob"]), _rows(clients["admin"])
-    assert set(alice) == {alpha, unclaimed}  # a viewer may read assets: the unclaimed one too
-    assert set(bob) == {beta, unclaimed}
-    assert set(admin) == {alpha, beta, unclaimed}
+    assert set(alice) == {alpha, shared, unclaimed}  # a viewer may read assets: the unclaimed one too
+    assert set(bob) == {beta, shared, unclaimed}
+    assert set(admin) == {alpha, beta, shared, unclaimed}
+    # The checkpoint both teams' DAGs claim: each team is told only its own DAG.
+    assert alice[shared]["dag_ids"] == ["alpha_orders_audit"] and bob[shared]["dag_ids"] == ["beta_orders_audit"]
+    assert admin[shared]["dag_ids"] == ["alpha_orders_audit", "beta_orders_audit"]
     assert alice[alpha]["dag_ids"] == ["alpha_orders_audit"] and alice[alpha]["audit_status"] == "ok"
     assert bob[beta]["dag_ids"] == ["beta_orders_audit"] and bob[beta]["audit_status"] == "ok"
     assert _rows(clients["guest"]) == {}  # no role: no DAG, no asset
@@ -150,14 +156,14 @@ def test_each_team_sees_only_its_own_rows(teams):
     assert f'href="{PREFIX}/checkpoints/teams/beta-orders"' in page and "alpha-orders" not in page
     page = clients["admin"].get(f"{PREFIX}/").text
     assert all(f'href="{PREFIX}/checkpoints/teams/{name}"' in page
-               for name in ("alpha-orders", "beta-orders", "unclaimed"))
+               for name in ("alpha-orders", "beta-orders", "shared", "unclaimed"))
 
 
 @pytest.mark.parametrize("user, allowed, refused", [
-    ("alice", ["alpha-orders", "unclaimed"], ["beta-orders"]),
-    ("bob", ["beta-orders", "unclaimed"], ["alpha-orders"]),
-    ("admin", ["alpha-orders", "beta-orders", "unclaimed"], []),
-    ("guest", [], ["alpha-orders", "beta-orders", "unclaimed"]),
+    ("alice", ["alpha-orders", "shared", "unclaimed"], ["beta-orders"]),
+    ("bob", ["beta-orders", "shared", "unclaimed"], ["alpha-orders"]),
+    ("admin", ["alpha-orders", "beta-orders", "shared", "unclaimed"], []),
+    ("guest", [], ["alpha-orders", "beta-orders", "shared", "unclaimed"]),
 ])
 def test_a_checkpoint_page_of_another_team_is_403_before_it_is_read(teams, user, allowed, refused, monkeypatch):
     import watermark_ops.core.overview as overview
@@ -182,8 +188,8 @@ def test_the_dag_tab_leads_only_to_ones_own_checkpoint(teams):
     alice, bob = clients["alice"], clients["bob"]
     reply = alice.get(f"{PREFIX}/dags/alpha_orders_audit?task_id=audit_orders", follow_redirects=False)
     assert reply.status_code == 307 and reply.headers["location"] == f"{PREFIX}/checkpoints/teams/alpha-orders"
-    reply = bob.get(f"{PREFIX}/dags/beta_orders_audit", follow_redirects=False)
-    assert reply.status_code == 307 and reply.headers["location"] == f"{PREFIX}/checkpoints/teams/beta-orders"
+    reply = bob.get(f"{PREFIX}/dags/beta_orders_audit", follow_redirects=False)  # two checkpoints: the overview
+    assert reply.status_code == 307 and reply.headers["location"] == f"{PREFIX}/"
     assert alice.get(f"{PREFIX}/dags/beta_orders_audit", follow_redirects=False).status_code == 403
     assert bob.get(f"{PREFIX}/dags/alpha_orders_audit?task_id=audit_orders", follow_redirects=False).status_code == 403
 
