@@ -22,7 +22,7 @@ export PYSPARK_PYTHON := $(PY)
 # Logical dates (America/New_York midnights) that `make run` runs, one DAG run each.
 DATES ?= 2013-01-01 2013-01-02 2013-01-03
 
-.PHONY: venv run test bench up down clean screenshot
+.PHONY: venv run test bench up down clean screenshot s3-up s3-down
 venv: $(VENV)/.installed
 
 $(VENV)/.installed: requirements.txt pyproject.toml
@@ -61,6 +61,14 @@ up: venv
 
 down:
 	$(PY) -m watermark_ops.examples.deploy down
+
+# A local S3 API (moto's standalone server on 127.0.0.1, PID in $(WATERMARK_OPS_HOME)/s3/pid) for
+# trying `watermark-ops audit s3://...` by hand; the tests start their own.
+s3-up: venv
+	$(PY) -m watermark_ops.examples.s3server up
+
+s3-down:
+	$(PY) -m watermark_ops.examples.s3server down
 
 clean:
 	-test -x $(PY) && $(PY) -m watermark_ops.examples.deploy down

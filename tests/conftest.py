@@ -76,3 +76,25 @@ def wheel(tmp_path_factory):
     from tests.packaging_fixtures import build_wheel
 
     return build_wheel(tmp_path_factory.mktemp("wheel"))
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """A real S3 API (moto's standalone server on a free 127.0.0.1 port) for this test session,
+    stopped by its PID at the end (:mod:`watermark_ops.examples.s3server`)."""
+    from watermark_ops.examples.s3server import start_s3_server
+
+    server = start_s3_server(log=_SESSION_TMP / "moto.log")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def aws_conn_id(s3_server):
+    """An Airflow ``aws`` connection (from the environment, ``AIRFLOW_CONN_WATERMARK_S3``) to the
+    session's S3 server: what ``ObjectStoragePath(..., conn_id=...)`` and the faces' ``conn_id`` use."""
+    from watermark_ops.examples.s3server import aws_connection
+
+    os.environ["AIRFLOW_CONN_WATERMARK_S3"] = aws_connection(s3_server.endpoint_url)
+    yield "watermark_s3"
+    os.environ.pop("AIRFLOW_CONN_WATERMARK_S3", None)
