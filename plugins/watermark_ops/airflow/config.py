@@ -13,7 +13,10 @@ An entry::
 
     {"checkpoint": location (local path or fsspec URL), "name": str, "missing_ok": bool (default false),
      "note": str, "dag_ids": [DAG ids running its job], "landings": [landing folders of its inputs],
-     "late_sink": location of its late-row ledger, <threshold>: value, ...}
+     "late_sink": location of its late-row ledger, "conn_id": Airflow connection to read the checkpoint,
+     its landings and late sink with (e.g. an ``aws`` connection for ``s3://``), "storage_options": {...}
+     (that connection's filesystem options, :func:`watermark_ops.airflow.storage.checkpoint_filesystem`),
+     <threshold>: value, ...}
 
 Thresholds are those of :class:`watermark_ops.core.thresholds.Thresholds` (ISO-8601 durations such
 as ``PT6H``, seconds, or null to disable; ``stall_batches`` a count); ``defaults`` apply to every
@@ -36,7 +39,8 @@ __all__ = ["ENTRY_KEYS", "SECTION", "THRESHOLD_KEYS", "configured_checkpoints", 
 SECTION = "watermark_ops"
 THRESHOLD_KEYS = ("idle_after", "max_idle", "max_lag", "max_skew", "stall_window", "stall_batches",
                   "max_partition_skew")
-ENTRY_KEYS = ("checkpoint", "name", "missing_ok", "note", "dag_ids", "landings", "late_sink", *THRESHOLD_KEYS)
+ENTRY_KEYS = ("checkpoint", "name", "missing_ok", "note", "dag_ids", "landings", "late_sink", "conn_id",
+              "storage_options", *THRESHOLD_KEYS)
 _UNSET = re.compile(r"\$\{?\w+\}?")
 
 
@@ -70,7 +74,7 @@ def configured_checkpoints() -> list[dict[str, Any]]:
 
     :return: ``[{"checkpoint": str, "missing_ok": bool, "thresholds": {<threshold>: JSON value},
         "name": str | None, "note": str | None, "dag_ids": [str], "landings": [str],
-        "late_sink": str | None}]`` in configuration order; ``[]`` when neither option is set.
+        "late_sink": str | None, "conn_id": str | None, "storage_options": dict | None}]`` in configuration order; ``[]`` when neither option is set.
     :raises ValueError: naming the option or file and the entry, for bad JSON, an unknown key, a
         missing ``checkpoint``, a bad threshold or an unset environment variable.
     """
@@ -132,6 +136,10 @@ def parse_entries(text: str, where: str) -> list[dict[str, Any]]:
             value = entry.get(key, [])
             if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
                 raise ValueError(f"{label}: {key!r} must be a list of strings, got {value!r}")
+        if entry.get("conn_id") is not None and not isinstance(entry["conn_id"], str):
+            raise ValueError(f"{label}: 'conn_id' must be an Airflow connection id (a string), got {entry['conn_id']!r}")
+        if entry.get("storage_options") is not None and not isinstance(entry["storage_options"], dict):
+            raise ValueError(f"{label}: 'storage_options' must be an object, got {entry['storage_options']!r}")
         location = _expand(entry["checkpoint"], label)
         thresholds = {k: entry.get(k, defaults.get(k)) for k in THRESHOLD_KEYS if k in entry or k in defaults}
         try:
@@ -147,6 +155,8 @@ def parse_entries(text: str, where: str) -> list[dict[str, Any]]:
             "dag_ids": list(entry.get("dag_ids", [])),
             "landings": [_expand(item, label) for item in entry.get("landings", [])],
             "late_sink": _expand(entry["late_sink"], label) if entry.get("late_sink") else None,
+            "conn_id": entry.get("conn_id"),
+            "storage_options": entry.get("storage_options"),
         })
     return out
 
