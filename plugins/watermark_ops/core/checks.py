@@ -45,7 +45,7 @@ class Check:
 
 def check(location: Any, *, goal: str = "healthy", thresholds: Thresholds = DEFAULT_THRESHOLDS,
           target_ms: int | None = None, missing_ok: bool = False, fail_on_jumped: bool = True,
-          at: Any = None, storage_options: dict[str, Any] | None = None) -> Check:
+          at: Any = None, storage_options: dict[str, Any] | None = None, filesystem: Any = None) -> Check:
     """Evaluate a checkpoint for a sensor: the same call in ``poke``, ``reschedule`` and the trigger.
 
     ``goal="healthy"`` (``WatermarkStallSensor``): not an alarm → ``done``; ``jumped`` → ``fail``
@@ -61,6 +61,9 @@ def check(location: Any, *, goal: str = "healthy", thresholds: Thresholds = DEFA
     ``watermark_unknown``, which may still be a watermark not set yet).
 
     :param target_ms: the target instant, epoch ms UTC (required for ``reached``).
+    :param storage_options: / filesystem: how to reach the checkpoint, as for
+        :func:`watermark_ops.core.stall.evaluate` (``filesystem``: an fsspec filesystem, e.g. from
+        :func:`watermark_ops.airflow.storage.checkpoint_filesystem`).
     :raises ValueError: for a bad goal or a missing target.
     :raises StallInputError: the checkpoint exists but cannot be classified (its head is unreadable).
     """
@@ -69,7 +72,7 @@ def check(location: Any, *, goal: str = "healthy", thresholds: Thresholds = DEFA
     if goal == "reached" and (isinstance(target_ms, bool) or not isinstance(target_ms, int)):
         raise ValueError(f"goal 'reached' needs target_ms (epoch ms UTC), got {target_ms!r}")
     try:
-        c = evaluate(location, thresholds, at=at, storage_options=storage_options)
+        c = evaluate(location, thresholds, at=at, storage_options=storage_options, filesystem=filesystem)
     except CheckpointMissing as exc:
         if goal == "reached":
             return Check("wait", f"{exc}: waiting for the job to create it")
