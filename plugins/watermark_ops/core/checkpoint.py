@@ -253,7 +253,7 @@ class _FsspecStorage:
         if not paths:
             return {}
         if getattr(fs, "async_impl", False):
-            contents = fs.cat(paths, on_error="return", batch_size=MAX_CONCURRENT_READS)
+            contents = fs.cat(paths, on_error="return", batch_size=MAX_CONCURRENT_READS, **_one_request(fs))
         elif len(paths) == 1 or self.protocol in ("file", "local", "memory"):
             contents = fs.cat(paths, on_error="return")
         else:  # a synchronous remote filesystem (HDFS, ...): a bounded thread pool
@@ -296,6 +296,25 @@ class _FsspecStorage:
             for p in again:
                 attempts[p] = attempts.get(p, 1) + 1
         return _Content(contents, attempts)
+
+
+def _one_request(fs: Any) -> dict[str, Any]:
+    """``cat_file`` keywords that make one small object one request: s3fs (2024.12+) asks for the
+    size first (a HEAD, and a LIST when the object is missing) to split large objects into
+    concurrent ranges unless ``max_concurrency=1``; checkpoint files are a few hundred bytes."""
+    import inspect
+
+    key = type(fs)
+    if key not in _ONE_REQUEST:
+        try:
+            takes = "max_concurrency" in inspect.signature(fs._cat_file).parameters
+        except (TypeError, ValueError, AttributeError):
+            takes = False
+        _ONE_REQUEST[key] = {"max_concurrency": 1} if takes else {}
+    return _ONE_REQUEST[key]
+
+
+_ONE_REQUEST: dict[type, dict[str, Any]] = {}
 
 
 class _Content:
