@@ -188,6 +188,26 @@ def test_audit_operator_and_stall_sensor_read_through_the_connection(airflow_db,
                                                                             ("healthy", aws_conn_id)}
 
 
+def test_known_checkpoints_carry_the_connection():
+    """The monitor and the pages read a checkpoint with its configured connection, else the one its
+    tasks registered (with that connection's storage options)."""
+    from watermark_ops.airflow.config import parse_entries
+    from watermark_ops.airflow.registry import known_checkpoints
+
+    registered = [
+        {"checkpoint": "s3://b/cp/a", "tasks": [
+            {"dag_id": "d", "task_id": "local_read"},
+            {"dag_id": "d", "task_id": "s3_read", "conn_id": "aws_a", "storage_options": {"max_pool_connections": 8}}]},
+        {"checkpoint": "s3://b/cp/b", "tasks": [{"dag_id": "d", "task_id": "t", "conn_id": "aws_task"}]},
+        {"checkpoint": "/local/c", "tasks": [{"dag_id": "d", "task_id": "t"}]},
+    ]
+    configured = parse_entries(json.dumps([{"checkpoint": "s3://b/cp/b", "conn_id": "aws_configured"}]), "test")
+    known = {k["checkpoint"]: k for k in known_checkpoints(registered, configured)}
+    assert (known["s3://b/cp/a"]["conn_id"], known["s3://b/cp/a"]["storage_options"]) == ("aws_a", {"max_pool_connections": 8})
+    assert (known["s3://b/cp/b"]["conn_id"], known["s3://b/cp/b"]["storage_options"]) == ("aws_configured", None)
+    assert (known["/local/c"]["conn_id"], known["/local/c"]["storage_options"]) == (None, None)
+
+
 def test_a_poke_from_the_remembered_tail_lists_nothing(airflow_db, lake, counted):
     """The tail a sensor read is kept in the asset state store: the next process (here a new DAG
     and sensor object: a reschedule's next poke, the next run) follows it without a LIST."""
