@@ -298,18 +298,42 @@ def known_checkpoints(registered: list[dict[str, Any]], configured: list[dict[st
 
 
 def monitor_checkpoints(context: Any) -> list[dict[str, Any]]:
-    """The ``watermark_monitor`` DAG's list: one ``WatermarkStallSensor`` kwargs dict per known
-    checkpoint, ``{"checkpoint", "missing_ok", <threshold>: value, ...}`` (for ``expand_kwargs``).
+    """The ``watermark_monitor`` DAG's list of watched checkpoints, one entry per known checkpoint
+    (:func:`known_checkpoints`), as :func:`watermark_ops.airflow.monitor.evaluate_entry` takes it::
 
-    Run in a task with :data:`CHECKPOINT_REGISTRY` as inlet; the thresholds its own DAG's sensors
-    registered are ignored (they are the previous reading's).
+        {"checkpoint": location, "missing_ok": bool, <threshold>: value, ...,
+         "name": str (only when configured), "conn_id": str, "storage_options": dict (only when set)}
+
+    ``conn_id`` / ``storage_options``: the configured entry's (``[watermark_ops]``), else a
+    registered task's when the registry records one. Run in a task with
+    :data:`CHECKPOINT_REGISTRY` as inlet; the thresholds its own DAG's tasks registered are
+    ignored (they would be the previous reading's).
 
     :raises ValueError: for a bad ``[watermark_ops]`` configuration (the task fails, naming it).
     """
     from watermark_ops.airflow.config import configured_checkpoints
+    from watermark_ops.core.memory import memory_key
 
     registered, problems = task_registry(context)
     for problem in problems:
         log.warning("%s: kept aside, not watched", problem)
-    known = known_checkpoints(registered, configured_checkpoints(), exclude_threshold_dags=[context["ti"].dag_id])
-    return [{"checkpoint": k["checkpoint"], "missing_ok": k["missing_ok"], **k["thresholds"]} for k in known]
+    configured = configured_checkpoints()
+    by_key = {memory_key(e["checkpoint"]): e for e in configured}
+    tasks_by_key = {memory_key(r["checkpoint"]): r.get("tasks", []) for r in registered}
+    known = known_checkpoints(registered, configured, exclude_threshold_dags=[context["ti"].dag_id])
+    out = []
+    for k in known:
+        key = memory_key(k["checkpoint"])
+        entry = by_key.get(key) or {}
+        item: dict[str, Any] = {"checkpoint": k["checkpoint"], "missing_ok": k["missing_ok"], **k["thresholds"]}
+        if entry.get("name"):
+            item["name"] = entry["name"]
+        source = entry if entry.get("conn_id") or entry.get("storage_options") else next(
+            (t for t in tasks_by_key.get(key, []) if isinstance(t, dict) and t.get("conn_id")), {})
+        conn_id, options = source.get("conn_id"), source.get("storage_options")
+        if conn_id:
+            item["conn_id"] = conn_id
+        if options:
+            item["storage_options"] = options
+        out.append(item)
+    return out
