@@ -23,19 +23,34 @@ cannot be read (a corrupt offsets file, a missing connection, storage errors) be
 its own (``state`` None, ``unreadable`` in the counts, the message and problems naming the files);
 a missing checkpoint with ``missing_ok`` is counted as ``missing`` and skipped (not an alarm).
 
+Between cycles the monitor remembers what it read (:class:`TailCache`, one small JSON file per
+checkpoint under ``$AIRFLOW_HOME/watermark_ops/monitor_tails`` on each worker: the
+:class:`watermark_ops.core.tail.Tail` of the last cycle, keyed by location and connection; its
+query id is checked against the checkpoint's ``metadata``): a cycle over unchanged checkpoints
+then costs a constant, small number of requests per checkpoint
+(:func:`watermark_ops.core.stall.evaluate_tail`: ``metadata``, the remembered head's commit when
+it was in flight, ``offsets/<head+1>``, no LIST). A lost, stale or unreadable memory only costs a
+full read of that checkpoint's window.
+
 Imports Airflow (``airflow.sdk``) only through the functions that need it: the DAG file imports
 nothing of this module at parse time.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, Iterable
 
 __all__ = [
     "SUMMARY_KEY",
+    "TailCache",
+    "default_cache_folder",
     "MONITOR_CONCURRENCY",
     "evaluate_checkpoints",
     "evaluate_entry",
@@ -69,7 +84,93 @@ def _unreadable(entry: dict[str, Any], message: str, problems: Iterable[Any] = (
             "alarm": True, "outcome": "fail", "message": message, "problems": list(problems)}
 
 
-def evaluate_entry(entry: dict[str, Any], *, at: Any = None) -> dict[str, Any]:
+def default_cache_folder() -> Path:
+    """``$AIRFLOW_HOME/watermark_ops/monitor_tails`` (``~/airflow`` when ``AIRFLOW_HOME`` is unset):
+    the worker's own disk, as Airflow keeps its logs and DAG bundles there."""
+    home = os.environ.get("AIRFLOW_HOME") or os.path.join(os.path.expanduser("~"), "airflow")
+    return Path(home) / "watermark_ops" / "monitor_tails"
+
+
+class TailCache:
+    """What the previous cycle read of each checkpoint, one JSON file per checkpoint in ``folder``.
+
+    A file is ``<sha256 of "conn_id|location">.json`` holding ``{"location": str, "conn_id": str |
+    None, "tail": Tail.to_dict()}`` (a few KB: the window of newest batches). Written atomically
+    (a temporary file renamed over it), only when the tail changed; a file that cannot be read or
+    parsed is ignored (a full read of that checkpoint, logged at debug), never an error. Thread-safe:
+    each checkpoint has its own file.
+
+    :param folder: where the files live (created on first write).
+    """
+
+    def __init__(self, folder: str | os.PathLike) -> None:
+        self.folder = Path(folder)
+
+    @staticmethod
+    def key(location: str, conn_id: str | None) -> str:
+        """The file name stem of a checkpoint read through a connection (``conn_id`` None: its default)."""
+        return hashlib.sha256(f"{conn_id or ''}|{location}".encode()).hexdigest()
+
+    def _path(self, location: str, conn_id: str | None) -> Path:
+        return self.folder / f"{self.key(location, conn_id)}.json"
+
+    def load(self, location: str, conn_id: str | None) -> dict[str, Any] | None:
+        """The remembered ``Tail.to_dict()`` of ``location`` (read through ``conn_id``), or None."""
+        path = self._path(location, conn_id)
+        try:
+            record = json.loads(path.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            log.debug("monitor memory %s unreadable (%r): a full read of %s", path, exc, location)
+            return None
+        if (not isinstance(record, dict) or record.get("location") != location
+                or record.get("conn_id") != conn_id or not isinstance(record.get("tail"), dict)):
+            return None
+        return record["tail"]
+
+    def store(self, location: str, conn_id: str | None, tail: dict[str, Any],
+              previous: dict[str, Any] | None = None) -> bool:
+        """Remember ``tail`` (a ``Tail.to_dict()``) unless it equals ``previous`` but for its
+        ``requests``; returns whether a file was written. An ``OSError`` is logged, not raised."""
+        if previous is not None and _same_tail(tail, previous):
+            return False
+        path = self._path(location, conn_id)
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            temporary = path.with_suffix(f".{os.getpid()}.{id(tail)}.tmp")
+            temporary.write_text(json.dumps({"location": location, "conn_id": conn_id, "tail": tail},
+                                            separators=(",", ":")))
+            os.replace(temporary, path)
+            return True
+        except OSError as exc:
+            log.warning("monitor memory %s not written (%r): the next cycle reads %s whole", path, exc, location)
+            return False
+
+    def prune(self, keep: Iterable[tuple[str, str | None]]) -> int:
+        """Delete the files of checkpoints not in ``keep`` (``(location, conn_id)`` pairs): no
+        longer watched. Returns how many were deleted."""
+        wanted = {f"{self.key(location, conn_id)}.json" for location, conn_id in keep}
+        deleted = 0
+        try:
+            names = os.listdir(self.folder)
+        except OSError:
+            return 0
+        for name in names:
+            if name.endswith(".json") and name not in wanted:
+                try:
+                    os.remove(self.folder / name)
+                    deleted += 1
+                except OSError:
+                    pass
+        return deleted
+
+
+def _same_tail(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return {k: v for k, v in a.items() if k != "requests"} == {k: v for k, v in b.items() if k != "requests"}
+
+
+def evaluate_entry(entry: dict[str, Any], *, at: Any = None, cache: TailCache | None = None) -> dict[str, Any]:
     """Evaluate one watched checkpoint; never raises.
 
     :param entry: one item of :func:`watermark_ops.airflow.registry.monitor_checkpoints`:
@@ -77,40 +178,66 @@ def evaluate_entry(entry: dict[str, Any], *, at: Any = None) -> dict[str, Any]:
         "storage_options"?: dict, <threshold>: value, ...}``.
     :param at: the evaluation instant (see :func:`watermark_ops.core.stall.evaluate`); default
         now, taken once the checkpoint's files are read.
-    :return: ``{"counted": state | "missing" | "unreadable", "alarm": bool, "payload": dict | None}``;
-        ``payload`` (for an alarm; None otherwise) is what a ``WatermarkStallSensor`` would push:
-        the classification (:meth:`~watermark_ops.core.stall.Classification.to_dict`) plus
-        ``outcome`` (``"fail"``), ``message`` and ``name``; for an unreadable checkpoint
-        ``{"location", "name", "state": None, "alarm": True, "outcome": "fail", "message",
-        "problems": [ReadProblem dict | str]}``.
+    :param cache: the previous cycles' memory (:class:`TailCache`); None: a full read of the
+        window, nothing remembered.
+    :return: ``{"counted": state | "missing" | "unreadable", "alarm": bool, "payload": dict | None,
+        "requests": {"list": n, "get": n, "head": n} | None (what the read cost), "remembered": bool
+        (a previous tail was found)}``; ``payload`` (for an alarm; None otherwise) is what a
+        ``WatermarkStallSensor`` would push: the classification
+        (:meth:`~watermark_ops.core.stall.Classification.to_dict`) plus ``outcome`` (``"fail"``),
+        ``message`` and ``name``; for an unreadable checkpoint ``{"location", "name", "state": None,
+        "alarm": True, "outcome": "fail", "message", "problems": [ReadProblem dict | str]}``.
     """
-    from watermark_ops.core.stall import CheckpointMissing, StallInputError, evaluate
+    from watermark_ops.core import stall
+    from watermark_ops.core.stall import CheckpointMissing, StallInputError
 
     location = entry["checkpoint"]
     name = entry.get("name") or location
+    conn_id = entry.get("conn_id")
+    remembered = cache.load(location, conn_id) if cache is not None else None
+    out: dict[str, Any] = {"requests": None, "remembered": remembered is not None}
     try:
         thresholds = _thresholds(entry)
-        filesystem = _filesystem(entry)
         kwargs: dict[str, Any] = {"at": at, "storage_options": entry.get("storage_options")}
+        filesystem = _filesystem(entry)
         if filesystem is not None:
             kwargs["filesystem"] = filesystem
-        c = evaluate(location, thresholds, **kwargs)
+        if hasattr(stall, "evaluate_tail"):
+            c, tail = stall.evaluate_tail(location, thresholds, _tail(remembered), **kwargs)
+            out["requests"] = dict(tail.requests)
+            if cache is not None:
+                cache.store(location, conn_id, tail.to_dict(), remembered)
+        else:  # before watermark_ops.core.tail
+            c = stall.evaluate(location, thresholds, **kwargs)
     except CheckpointMissing as exc:
         if entry.get("missing_ok"):
-            return {"counted": MISSING, "alarm": False, "payload": None}
-        return {"counted": MISSING, "alarm": True,
+            return {**out, "counted": MISSING, "alarm": False, "payload": None}
+        return {**out, "counted": MISSING, "alarm": True,
                 "payload": {**_unreadable(entry, f"{exc}: expected a Structured Streaming checkpoint"),
                             "problems": list(exc.problems)}}
     except StallInputError as exc:
-        return {"counted": UNREADABLE, "alarm": True,
+        return {**out, "counted": UNREADABLE, "alarm": True,
                 "payload": _unreadable(entry, f"cannot classify the watermark: {exc}", exc.problems)}
     except Exception as exc:  # noqa: BLE001 - storage, connection, thresholds: this checkpoint alarms alone
-        return {"counted": UNREADABLE, "alarm": True,
+        return {**out, "counted": UNREADABLE, "alarm": True,
                 "payload": _unreadable(entry, f"{location}: cannot classify the watermark: {exc!r}")}
     if c.healthy:
-        return {"counted": c.state, "alarm": False, "payload": None}
-    return {"counted": c.state, "alarm": True,
+        return {**out, "counted": c.state, "alarm": False, "payload": None}
+    return {**out, "counted": c.state, "alarm": True,
             "payload": {**c.to_dict(), "name": name, "outcome": "fail", "message": f"alarm: {c.summary()}"}}
+
+
+def _tail(remembered: dict[str, Any] | None) -> Any:
+    """The remembered tail as a ``Tail``; None when absent or from an older format (a full read)."""
+    if remembered is None:
+        return None
+    from watermark_ops.core.tail import Tail
+
+    try:
+        return Tail.from_dict(remembered)
+    except Exception as exc:  # noqa: BLE001 - a memory in an old or broken format only costs a full read
+        log.debug("monitor memory of %s not usable (%r): a full read", remembered.get("location"), exc)
+        return None
 
 
 def _filesystem(entry: dict[str, Any]) -> Any:
@@ -122,9 +249,10 @@ def _filesystem(entry: dict[str, Any]) -> Any:
     return checkpoint_filesystem(entry["checkpoint"], entry["conn_id"], entry.get("storage_options"))
 
 
-def evaluate_checkpoints(entries: list[dict[str, Any]], *, at: Any = None,
+def evaluate_checkpoints(entries: list[dict[str, Any]], *, at: Any = None, cache: TailCache | None = None,
                          concurrency: int = MONITOR_CONCURRENCY) -> list[dict[str, Any]]:
-    """:func:`evaluate_entry` for every entry, ``concurrency`` at a time (threads), in entry order.
+    """:func:`evaluate_entry` for every entry, ``concurrency`` at a time (threads), in entry order;
+    with a ``cache``, the files of checkpoints no longer watched are then deleted from it.
 
     :raises ValueError: ``concurrency`` below 1.
     """
@@ -134,29 +262,40 @@ def evaluate_checkpoints(entries: list[dict[str, Any]], *, at: Any = None,
         return []
     with ThreadPoolExecutor(max_workers=min(concurrency, len(entries)),
                             thread_name_prefix="watermark-monitor") as pool:
-        return list(pool.map(lambda e: evaluate_entry(e, at=at), entries))
+        results = list(pool.map(lambda e: evaluate_entry(e, at=at, cache=cache), entries))
+    if cache is not None:
+        cache.prune((e["checkpoint"], e.get("conn_id")) for e in entries)
+    return results
 
 
 def summarize(results: list[dict[str, Any]], *, seconds: float | None = None) -> dict[str, Any]:
     """The cycle's summary: small whatever the number of checkpoints.
 
     :return: ``{"checkpoints": int (watched), "counts": {state | "missing" | "unreadable": int},
-        "alarm_count": int, "alarms": [payload, ...] (in full, in watch order), "seconds": float | None
-        (wall time of the evaluations)}``.
+        "alarm_count": int, "alarms": [payload, ...] (in full, in watch order), "remembered": int
+        (checkpoints whose previous tail was found), "requests": {"list": n, "get": n, "head": n}
+        (summed over the checkpoints whose read reported them), "seconds": float | None (wall time of
+        the evaluations)}``.
     """
     counts: dict[str, int] = {}
+    requests: dict[str, int] = {}
     for r in results:
         counts[r["counted"]] = counts.get(r["counted"], 0) + 1
+        for kind, n in (r.get("requests") or {}).items():
+            requests[kind] = requests.get(kind, 0) + n
     alarms = [r["payload"] for r in results if r["alarm"]]
     return {"checkpoints": len(results), "counts": dict(sorted(counts.items())), "alarm_count": len(alarms),
-            "alarms": alarms, "seconds": None if seconds is None else round(seconds, 3)}
+            "alarms": alarms, "remembered": sum(1 for r in results if r.get("remembered")),
+            "requests": dict(sorted(requests.items())), "seconds": None if seconds is None else round(seconds, 3)}
 
 
-def watch_cycle(context: Any, *, concurrency: int = MONITOR_CONCURRENCY) -> list[dict[str, Any]]:
+def watch_cycle(context: Any, *, concurrency: int = MONITOR_CONCURRENCY,
+                cache_folder: str | os.PathLike | None = None) -> list[dict[str, Any]]:
     """The ``watch`` task: list the known checkpoints now, evaluate them all, push the summary.
 
     :param context: the task's context (the registry, :data:`~watermark_ops.airflow.registry.CHECKPOINT_REGISTRY`,
         as inlet).
+    :param cache_folder: the :class:`TailCache` folder (default :func:`default_cache_folder`).
     :return: the alarms in full (the task's ``return_value``, which ``alarm`` is mapped over);
         :func:`summarize`'s summary without them (``alarms``: their locations) is pushed as the
         XCom :data:`SUMMARY_KEY`.
@@ -166,9 +305,11 @@ def watch_cycle(context: Any, *, concurrency: int = MONITOR_CONCURRENCY) -> list
 
     entries = monitor_checkpoints(context)
     started = time.monotonic()
-    results = evaluate_checkpoints(entries, concurrency=concurrency)
+    cache = TailCache(cache_folder if cache_folder is not None else default_cache_folder())
+    results = evaluate_checkpoints(entries, cache=cache, concurrency=concurrency)
     summary = summarize(results, seconds=time.monotonic() - started)
-    log.info("watched %d checkpoint(s) in %.1f s: %s; %d alarm(s)%s", summary["checkpoints"], summary["seconds"],
+    log.info("watched %d checkpoint(s) in %.1f s (%d remembered; requests %s): %s; %d alarm(s)%s",
+             summary["checkpoints"], summary["seconds"], summary["remembered"], summary["requests"],
              summary["counts"], summary["alarm_count"],
              "".join(f"\n  {a['message']}" for a in summary["alarms"]))
     context["ti"].xcom_push(key=SUMMARY_KEY, value={**summary, "alarms": [a["location"] for a in summary["alarms"]]})
