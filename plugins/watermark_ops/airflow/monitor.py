@@ -289,12 +289,14 @@ def summarize(results: list[dict[str, Any]], *, seconds: float | None = None) ->
             "requests": dict(sorted(requests.items())), "seconds": None if seconds is None else round(seconds, 3)}
 
 
-def watch_cycle(context: Any, *, concurrency: int = MONITOR_CONCURRENCY,
+def watch_cycle(context: Any, *, concurrency: int | None = None,
                 cache_folder: str | os.PathLike | None = None) -> list[dict[str, Any]]:
     """The ``watch`` task: list the known checkpoints now, evaluate them all, push the summary.
 
     :param context: the task's context (the registry, :data:`~watermark_ops.airflow.registry.CHECKPOINT_REGISTRY`,
         as inlet).
+    :param concurrency: checkpoints evaluated at once; default ``[watermark_ops] monitor_concurrency``,
+        else :data:`MONITOR_CONCURRENCY`.
     :param cache_folder: the :class:`TailCache` folder (default :func:`default_cache_folder`).
     :return: the alarms in full (the task's ``return_value``, which ``alarm`` is mapped over);
         :func:`summarize`'s summary without them (``alarms``: their locations) is pushed as the
@@ -304,6 +306,10 @@ def watch_cycle(context: Any, *, concurrency: int = MONITOR_CONCURRENCY,
     from watermark_ops.airflow.registry import monitor_checkpoints
 
     entries = monitor_checkpoints(context)
+    if concurrency is None:
+        from airflow.sdk.configuration import conf
+
+        concurrency = conf.getint("watermark_ops", "monitor_concurrency", fallback=MONITOR_CONCURRENCY)
     started = time.monotonic()
     cache = TailCache(cache_folder if cache_folder is not None else default_cache_folder())
     results = evaluate_checkpoints(entries, cache=cache, concurrency=concurrency)
