@@ -279,6 +279,7 @@ def stop_session_queries(url: str, session_id: str, timeout_seconds: float = 30.
                 query.stop()
                 stopped.append(str(query.id))
             outcome["stopped"] = stopped
+            spark.stop()  # releases the server-side session (a released session's queries stop too)
         except Exception as exc:  # noqa: BLE001 - reported to the caller
             outcome["error"] = exc
 
