@@ -78,6 +78,8 @@ class SparkConnectRunOperator(BaseOperator):
         self._process: subprocess.Popen | None = None
         self._url: str | None = None
         self._session_id: str | None = None
+        #: Ids of the queries the last try's driver left running on the server, stopped by this operator.
+        self.stopped_queries: list[str] = []
 
     def command(self, url: str, session_id: str) -> list[str]:
         """The client's command line for ``url`` and ``session_id``."""
@@ -144,5 +146,6 @@ class SparkConnectRunOperator(BaseOperator):
         except Exception as exc:  # noqa: BLE001 - a server that is gone holds no query either
             self.log.warning("could not stop the queries of session %s: %s", self._session_id, exc)
             return
+        self.stopped_queries = stopped
         if stopped:
             self.log.warning("stopped %d streaming queries the driver left on the server: %s", len(stopped), stopped)

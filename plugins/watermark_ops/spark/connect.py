@@ -105,6 +105,8 @@ class ConnectServer:
     port: int
     log: str
     process: subprocess.Popen | None = field(default=None, repr=False)
+    command: list[str] = field(default_factory=list, repr=False)
+    env: dict[str, str] = field(default_factory=dict, repr=False)
 
     @property
     def url(self) -> str:
@@ -140,6 +142,18 @@ class ConnectServer:
     def kill(self) -> None:
         """SIGKILL the server's process group at once (a crash, for tests)."""
         _stop_group(self.pid, 0.0, self.process)
+
+    def restart(self, timeout_seconds: float = 120.0) -> "ConnectServer":
+        """Stop the server if it runs, start it again on the same port, wait until it answers.
+
+        :raises ConnectServerError: as :func:`start_connect_server`.
+        """
+        if self.alive():
+            self.stop()
+        self.process = _launch(self.command, self.env, self.log)
+        self.pid = self.process.pid
+        _wait_ready(self, timeout_seconds)
+        return self
 
 
 def _stop_group(pid: int, grace_seconds: float, process: subprocess.Popen | None) -> None:
@@ -183,21 +197,34 @@ def start_connect_server(log: str | os.PathLike, port: int | None = None, master
     bin_dir = os.path.dirname(sys.executable)
     environment = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
                    "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": host, **(env or {})}
+    command = server_command(port, master, host, conf)
+    process = _launch(command, environment, str(log))
+    server = ConnectServer(pid=process.pid, host=host, port=port, log=str(log), process=process, command=command,
+                           env=environment)
+    _wait_ready(server, timeout_seconds)
+    return server
+
+
+def _launch(command: list[str], env: dict[str, str], log: str) -> subprocess.Popen:
     Path(log).parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
-        process = subprocess.Popen(server_command(port, master, host, conf), stdout=out, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, env=environment, start_new_session=True)
-    server = ConnectServer(pid=process.pid, host=host, port=port, log=str(log), process=process)
+        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                start_new_session=True)
+
+
+def _wait_ready(server: ConnectServer, timeout_seconds: float) -> None:
+    """Wait until the server's port accepts connections; stop it and raise ConnectServerError if not."""
     deadline = time.monotonic() + timeout_seconds
     while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise ConnectServerError(f"the Spark Connect server exited with status {process.returncode}; see {log}")
-        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=1):
-            return server
+        if server.process is not None and server.process.poll() is not None:
+            raise ConnectServerError(f"the Spark Connect server exited with status {server.process.returncode}; "
+                                     f"see {server.log}")
+        with contextlib.suppress(OSError), socket.create_connection((server.host, server.port), timeout=1):
+            return
         time.sleep(0.3)
     server.stop()
-    raise ConnectServerError(f"the Spark Connect server did not open {host}:{port} within {timeout_seconds:.0f} s; "
-                             f"see {log}")
+    raise ConnectServerError(f"the Spark Connect server did not open {server.host}:{server.port} within "
+                             f"{timeout_seconds:.0f} s; see {server.log}")
 
 
 def with_session_id(url: str, session_id: str) -> str:
@@ -228,6 +255,7 @@ def connect_session(url: str, session_id: str | None = None, conf: dict[str, str
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     spark = builder.create()
+    bound_retries(spark)
     try:
         check_versions(spark)
     except ConnectVersionMismatch:
@@ -235,6 +263,20 @@ def connect_session(url: str, session_id: str | None = None, conf: dict[str, str
             spark.stop()
         raise
     return spark
+
+
+#: Retries of a Connect call that finds the server unavailable: 50 ms × 4^k backoff capped at 10 s, 6 retries,
+#: so a lost server fails the call after about 25 s (pyspark's default waits at least 10 minutes).
+RETRY_POLICY = {"max_retries": 6, "backoff_multiplier": 4.0, "initial_backoff": 50, "max_backoff": 10_000}
+
+
+def bound_retries(spark, **policy) -> None:
+    """Bound how long ``spark`` (a Connect session) retries a call while its server is unreachable
+    (:data:`RETRY_POLICY`, overridden by ``policy``): a run on a server that went down fails within
+    about half a minute instead of after pyspark's default of ten minutes or more."""
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+
+    spark.client.set_retry_policies([DefaultPolicy(**{**RETRY_POLICY, **policy})])
 
 
 def check_versions(spark) -> str:
@@ -274,6 +316,7 @@ def stop_session_queries(url: str, session_id: str, timeout_seconds: float = 30.
             from pyspark.sql import SparkSession
 
             spark = SparkSession.builder.remote(with_session_id(url, session_id)).create()
+            bound_retries(spark, max_retries=3)
             stopped = []
             for query in spark.streams.active:
                 query.stop()

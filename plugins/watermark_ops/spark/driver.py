@@ -705,6 +705,10 @@ def _run_locked(spark, plans, spark_trigger: str, run_tag: str | None,
         else:
             for query in queries:
                 query.awaitTermination()
+    except Exception as exc:
+        if remote and _server_lost(exc):
+            queries = []  # nothing left to stop or read on a server that is gone
+        raise
     finally:
         for query in queries:
             try:
@@ -834,6 +838,7 @@ def execute(app_name: str, args, run: Callable[[Any], dict]) -> tuple[int, dict 
             log.error("not started: the Spark Connect server %s cannot be reached: %s", remote, exc)
             return EXIT_SERVER_LOST, None
         raise
+    lost = False
     try:
         result = run(spark)
     except CheckpointInUse as exc:
@@ -841,13 +846,15 @@ def execute(app_name: str, args, run: Callable[[Any], dict]) -> tuple[int, dict 
         return EXIT_CHECKPOINT_IN_USE, None
     except Exception as exc:  # the query's exception, then a non-zero exit
         if remote and _server_lost(exc):
+            lost = True
             log.error("the Spark Connect server %s was lost during the run (down or restarted): %s. The checkpoint "
                       "is restartable: the next run re-runs the batch in flight", remote, exc)
             return EXIT_SERVER_LOST, None
         log.error("streaming query failed: %s", exc)
         return 1, None
     finally:
-        stop_session(spark)
+        if not lost:
+            stop_session(spark)
     for name, info in result.items():
         log.info("%s (query %s): %d micro-batches this run", name, info["query_id"], len(info["batches"]))
     return 0, result
