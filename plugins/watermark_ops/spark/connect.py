@@ -341,3 +341,28 @@ def stop_session_queries(url: str, session_id: str, timeout_seconds: float = 30.
 def new_session_id() -> str:
     """A fresh server-side session id (UUID4 text) for :func:`connect_session`."""
     return str(uuid.uuid4())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m watermark_ops.spark.connect --port P [--host H] [--master M] [--driver-host D] [--conf K=V]``:
+    run a Spark Connect server in the foreground (this process becomes spark-submit), e.g. as a
+    container's command (docker-compose.yaml's ``spark-connect``: ``--host 0.0.0.0 --driver-host spark-connect``)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Run a Spark Connect server in the foreground.")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--host", default="127.0.0.1", help="the gRPC bind address (default 127.0.0.1)")
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--driver-host", help="the address executors reach the server's driver at (default --host)")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args(argv)
+    conf = dict(item.split("=", 1) for item in args.conf)
+    if args.driver_host:
+        conf.update({"spark.driver.host": args.driver_host, "spark.driver.bindAddress": "0.0.0.0"})
+    command = server_command(args.port, args.master, args.host, conf)
+    os.execvp(command[0], command)
+    return 1  # not reached
+
+
+if __name__ == "__main__":
+    sys.exit(main())
