@@ -321,12 +321,16 @@ def known_checkpoints(registered: list[dict[str, Any]], configured: list[dict[st
 
 
 def monitor_checkpoints(context: Any) -> list[dict[str, Any]]:
-    """The ``watermark_monitor`` DAG's list: one ``WatermarkStallSensor`` kwargs dict per known
-    checkpoint, ``{"checkpoint", "missing_ok", <threshold>: value, ...}`` (for ``expand_kwargs``),
-    with ``"conn_id"`` (and ``"storage_options"``) when the checkpoint is read through a connection.
+    """The ``watermark_monitor`` DAG's list of watched checkpoints, one entry per known checkpoint
+    (:func:`known_checkpoints`), as :func:`watermark_ops.airflow.monitor.evaluate_entry` takes it::
 
-    Run in a task with :data:`CHECKPOINT_REGISTRY` as inlet; the thresholds its own DAG's sensors
-    registered are ignored (they are the previous reading's).
+        {"checkpoint": location, "missing_ok": bool, <threshold>: value, ...,
+         "name": str (only when configured), "conn_id": str, "storage_options": dict (only when set)}
+
+    ``conn_id`` / ``storage_options``: the configured entry's (``[watermark_ops]``), else a
+    registered task's when the registry records one. Run in a task with
+    :data:`CHECKPOINT_REGISTRY` as inlet; the thresholds its own DAG's tasks registered are
+    ignored (they would be the previous reading's).
 
     :raises ValueError: for a bad ``[watermark_ops]`` configuration (the task fails, naming it).
     """
@@ -338,10 +342,12 @@ def monitor_checkpoints(context: Any) -> list[dict[str, Any]]:
     known = known_checkpoints(registered, configured_checkpoints(), exclude_threshold_dags=[context["ti"].dag_id])
     out = []
     for k in known:
-        kwargs = {"checkpoint": k["checkpoint"], "missing_ok": k["missing_ok"], **k["thresholds"]}
+        item: dict[str, Any] = {"checkpoint": k["checkpoint"], "missing_ok": k["missing_ok"], **k["thresholds"]}
+        if k.get("configured") and k.get("name") and k["name"] != k["checkpoint"]:
+            item["name"] = k["name"]
         if k.get("conn_id"):
-            kwargs["conn_id"] = k["conn_id"]
+            item["conn_id"] = k["conn_id"]
             if k.get("storage_options"):
-                kwargs["storage_options"] = k["storage_options"]
-        out.append(kwargs)
+                item["storage_options"] = k["storage_options"]
+        out.append(item)
     return out
