@@ -50,6 +50,7 @@ screenshot: venv
 # availableNow vs batch over January, then all of 2013 per state store (about 15 minutes).
 bench: venv
 	$(PY) benchmarks/audit_benchmark.py
+	$(PY) benchmarks/poke_benchmark.py
 	$(PY) benchmarks/ui_benchmark.py
 	$(PY) benchmarks/dag_import_benchmark.py
 	$(PY) benchmarks/flight_windows_benchmark.py --year
