@@ -147,7 +147,7 @@ def monitor_config(locations: list[str], conn_id: str | None) -> str:
 # One cycle in a fresh worker process
 
 
-def cycle_child(home: str, init_db: bool) -> None:
+def cycle_child(home: str, init_db: bool, dag_file: Path | None = None) -> None:
     """(In the worker process) one ``dag.test()`` of the monitor; prints one JSON line of figures."""
     import resource
     import threading
@@ -180,7 +180,7 @@ def cycle_child(home: str, init_db: bool) -> None:
         from airflow.utils.db import resetdb
 
         resetdb()
-    dag = DagBag(dag_folder=str(REPO / "dags" / "watermark_monitor.py")).dags["watermark_monitor"]
+    dag = DagBag(dag_folder=str(dag_file or REPO / "dags" / "watermark_monitor.py")).dags["watermark_monitor"]
     logging.getLogger("airflow").setLevel(logging.WARNING)
     rss_before = _rss_mb()
     started = time.monotonic()
@@ -190,13 +190,16 @@ def cycle_child(home: str, init_db: bool) -> None:
         rows = session.scalar(select(func.count()).select_from(TaskInstance).where(
             TaskInstance.dag_id == dag.dag_id, TaskInstance.run_id == run.run_id))
         tis = run.get_task_instances(session=session)
-        watch = next(ti for ti in tis if ti.task_id == "watch")
-        watch_seconds = (watch.end_date - watch.start_date).total_seconds()
+        watch = [ti for ti in tis if ti.task_id == "watch" and ti.start_date]
+        watch_seconds = (max(ti.end_date for ti in watch) - min(ti.start_date for ti in watch)).total_seconds()
         states = sorted(str(ti.state) for ti in tis)
         from airflow.models.xcom import XComModel
 
-        summary = next(XComModel.deserialize_value(x) for x in session.scalars(
-            XComModel.get_many(run_id=run.run_id, dag_ids=dag.dag_id, task_ids="watch", key="summary")))
+        summary = next((XComModel.deserialize_value(x) for x in session.scalars(
+            XComModel.get_many(run_id=run.run_id, dag_ids=dag.dag_id, task_ids="watch", key="summary"))),
+            {"checkpoints": sum(1 for ti in tis if ti.task_id == "watch"), "counts": {},
+             "alarm_count": sum(1 for ti in tis if ti.task_id == "watch" and str(ti.state) == "failed"),
+             "seconds": float("nan")})
     server.shutdown()
     print("RESULT " + json.dumps({
         "task_instances": rows, "states": states, "run_seconds": run_seconds, "watch_seconds": watch_seconds,
@@ -204,7 +207,32 @@ def cycle_child(home: str, init_db: bool) -> None:
         "summary": {k: summary[k] for k in ("checkpoints", "counts", "alarm_count", "remembered", "requests",
                                             "seconds") if k in summary},
         "alerts": len(received),
+        "alarm_messages": sorted(str(a.get("message"))[:160] for a in received),
     }))
+
+
+#: The design before (issue 21): one mapped ``WatermarkStallSensor`` task instance per checkpoint.
+SENSOR_PER_CHECKPOINT_DAG = '''
+import pendulum
+from airflow.sdk import dag, get_current_context, task
+from watermark_ops.airflow.registry import CHECKPOINT_REGISTRY, monitor_checkpoints
+from watermark_ops.airflow.sensors import WatermarkStallSensor
+
+
+@dag(dag_id="watermark_monitor", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+     max_active_runs=1, default_args={"retries": 0})
+def watermark_monitor():
+    @task(inlets=[CHECKPOINT_REGISTRY])
+    def checkpoints() -> list[dict]:
+        return monitor_checkpoints(get_current_context())
+
+    WatermarkStallSensor.partial(task_id="watch", timeout=0, mode="reschedule", poke_interval=60,
+                                 map_index_template="{{ task.checkpoint }}",
+                                 inlets=[CHECKPOINT_REGISTRY]).expand_kwargs(checkpoints())
+
+
+watermark_monitor()
+'''
 
 
 def _rss_mb() -> float:
@@ -215,7 +243,8 @@ def _rss_mb() -> float:
     return float("nan")
 
 
-def run_cycle(home: Path, config: Path, init_db: bool, concurrency: int, **env: str) -> dict:
+def run_cycle(home: Path, config: Path, init_db: bool, concurrency: int, dag_file: Path | None = None,
+              **env: str) -> dict:
     child_env = _env(
         AIRFLOW_HOME=str(home),
         AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{home / 'airflow.db'}",
@@ -228,7 +257,8 @@ def run_cycle(home: Path, config: Path, init_db: bool, concurrency: int, **env: 
     )
     child_env.pop("AIRFLOW__WATERMARK_OPS__CHECKPOINTS", None)
     home.mkdir(parents=True, exist_ok=True)
-    out = subprocess.run([sys.executable, __file__, "--cycle", str(home)] + (["--init-db"] if init_db else []),
+    out = subprocess.run([sys.executable, __file__, "--cycle", str(home)] + (["--init-db"] if init_db else [])
+                         + (["--dag-file", str(dag_file)] if dag_file else []),
                          env=child_env, capture_output=True, text=True)
     line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
     if out.returncode != 0 or line is None:
@@ -243,6 +273,9 @@ def show(label: str, r: dict, alarms: int, requests: dict | None = None, floor_r
           f"watch {r['watch_seconds']:.1f} s (evaluations {s['seconds']:.1f} s), run {r['run_seconds']:.1f} s; "
           f"peak worker memory {r['peak_rss_mb']:.0f} MB (before the cycle {r['rss_before_mb']:.0f} MB); "
           f"alarms {s['alarm_count']}, alerts posted {r['alerts']}; remembered {s.get('remembered', 0)}")
+    print(f"        counts {s['counts']}")
+    if s["alarm_count"] != alarms:
+        print("        UNEXPECTED alarms: " + "\n          ".join(r.get("alarm_messages") or []))
     reported = s.get("requests") or {}
     if reported:
         print(f"        reads reported by the monitor: {reported} "
@@ -265,16 +298,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--delay", type=float, default=0.02, help="seconds per request at the S3 proxy")
     parser.add_argument("--concurrency", type=int, default=16, help="checkpoints evaluated at once")
     parser.add_argument("--no-s3", action="store_true")
+    parser.add_argument("--s3-access", choices=["conn", "env"], default="conn",
+                        help="conn: each checkpoint through an Airflow aws connection (conn_id); env: through "
+                             "the worker's AWS environment (AWS_ENDPOINT_URL, ...), no conn_id")
     parser.add_argument("--rebuild-seed", action="store_true")
     parser.add_argument("--build-seed", help=argparse.SUPPRESS)
     parser.add_argument("--cycle", help=argparse.SUPPRESS)
     parser.add_argument("--init-db", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--dag-file", help=argparse.SUPPRESS)
+    parser.add_argument("--sensors", type=int, default=100,
+                        help="checkpoints for the design before (one sensor task instance each); 0: skip")
     args = parser.parse_args(argv)
+    sys.stdout.reconfigure(line_buffering=True)
     if args.build_seed:
         build_seed(Path(args.build_seed))
         return 0
     if args.cycle:
-        cycle_child(args.cycle, args.init_db)
+        cycle_child(args.cycle, args.init_db, Path(args.dag_file) if args.dag_file else None)
         return 0
 
     seed_folder = seed(args.rebuild_seed)
@@ -292,11 +332,27 @@ def main(argv: list[str] | None = None) -> int:
         for label, init in (("cold", True), ("warm", False)):
             show(label, run_cycle(work / "home-local", config, init, args.concurrency), alarms)
 
+        if args.sensors:
+            before(args, work, local)
         if not args.no_s3:
             s3(args, work, local, alarms)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def before(args: argparse.Namespace, work: Path, local: list[Path]) -> None:
+    """The design before: one mapped sensor task instance per checkpoint, over the first ``--sensors``."""
+    dags = work / "dags-before"
+    dags.mkdir()
+    (dags / "watermark_monitor.py").write_text(SENSOR_PER_CHECKPOINT_DAG)
+    config = work / "before.json"
+    config.write_text(monitor_config([str(p) for p in local[: args.sensors]], None))
+    r = run_cycle(work / "home-before", config, True, args.concurrency, dag_file=dags / "watermark_monitor.py")
+    per = r["run_seconds"] / args.sensors
+    print(f"before (one WatermarkStallSensor task instance per checkpoint), {args.sensors} local checkpoints:")
+    print(f"  task instances {r['task_instances']}; run {r['run_seconds']:.1f} s ({per:.2f} s per checkpoint, "
+          f"about {per * args.checkpoints:.0f} s at {args.checkpoints}); peak worker memory {r['peak_rss_mb']:.0f} MB")
 
 
 def s3(args: argparse.Namespace, work: Path, local: list[Path], alarms: int) -> None:
@@ -315,12 +371,17 @@ def s3(args: argparse.Namespace, work: Path, local: list[Path], alarms: int) -> 
         rate = floor_rate(proxy, fs, args.concurrency)
         print(f"  floor: {rate:.0f} GET/s through the proxy at the monitor's concurrency")
         config = work / "s3.json"
-        config.write_text(monitor_config([f"s3://{BUCKET}/{p.name}" for p in local], CONN_ID))
-        conn = aws_connection(proxy.endpoint_url)
+        by_conn = args.s3_access == "conn"
+        config.write_text(monitor_config([f"s3://{BUCKET}/{p.name}" for p in local], CONN_ID if by_conn else None))
+        if by_conn:
+            env = {f"AIRFLOW_CONN_{CONN_ID.upper()}": aws_connection(proxy.endpoint_url)}
+        else:
+            env = {"AWS_ENDPOINT_URL": proxy.endpoint_url, "AWS_ACCESS_KEY_ID": "testing",
+                   "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+        print(f"  access: {'an Airflow aws connection per checkpoint (conn_id)' if by_conn else 'the AWS environment'}")
         for label, init in (("cold", True), ("warm", False)):
             proxy.reset()
-            result = run_cycle(work / "home-s3", config, init, args.concurrency,
-                               **{f"AIRFLOW_CONN_{CONN_ID.upper()}": conn})
+            result = run_cycle(work / "home-s3", config, init, args.concurrency, **env)
             show(label, result, alarms, dict(proxy.counts), rate)
     finally:
         if proxy is not None:

@@ -27,10 +27,11 @@ Between cycles the monitor remembers what it read (:class:`TailCache`, one small
 checkpoint under ``$AIRFLOW_HOME/watermark_ops/monitor_tails`` on each worker: the
 :class:`watermark_ops.core.tail.Tail` of the last cycle, keyed by location and connection; its
 query id is checked against the checkpoint's ``metadata``): a cycle over unchanged checkpoints
-then costs a constant, small number of requests per checkpoint
-(:func:`watermark_ops.core.stall.evaluate_tail`: ``metadata``, the remembered head's commit when
-it was in flight, ``offsets/<head+1>``, no LIST). A lost, stale or unreadable memory only costs a
-full read of that checkpoint's window.
+then costs a constant, small number of requests per checkpoint whatever its history
+(:func:`watermark_ops.core.stall.evaluate_tail`: one concurrent read of at most six small objects
+of its logs, ``metadata`` and ``offsets/<head+1>`` among them, no LIST; plus the end of its
+progress log). A lost, stale or unreadable memory only costs a full read of that checkpoint's
+window.
 
 Imports Airflow (``airflow.sdk``) only through the functions that need it: the DAG file imports
 nothing of this module at parse time.
@@ -181,15 +182,15 @@ def evaluate_entry(entry: dict[str, Any], *, at: Any = None, cache: TailCache | 
     :param cache: the previous cycles' memory (:class:`TailCache`); None: a full read of the
         window, nothing remembered.
     :return: ``{"counted": state | "missing" | "unreadable", "alarm": bool, "payload": dict | None,
-        "requests": {"list": n, "get": n, "head": n} | None (what the read cost), "remembered": bool
-        (a previous tail was found)}``; ``payload`` (for an alarm; None otherwise) is what a
+        "requests": {"list": n, "get": n, "head": n, "listed": 0 | 1} | None (what the read of the
+        checkpoint's logs cost, :attr:`watermark_ops.core.tail.Tail.requests`; the progress log not
+        counted), "remembered": bool (a previous tail was found)}``; ``payload`` (for an alarm; None otherwise) is what a
         ``WatermarkStallSensor`` would push: the classification
         (:meth:`~watermark_ops.core.stall.Classification.to_dict`) plus ``outcome`` (``"fail"``),
         ``message`` and ``name``; for an unreadable checkpoint ``{"location", "name", "state": None,
         "alarm": True, "outcome": "fail", "message", "problems": [ReadProblem dict | str]}``.
     """
-    from watermark_ops.core import stall
-    from watermark_ops.core.stall import CheckpointMissing, StallInputError
+    from watermark_ops.core.stall import CheckpointMissing, StallInputError, evaluate_tail
 
     location = entry["checkpoint"]
     name = entry.get("name") or location
@@ -202,13 +203,20 @@ def evaluate_entry(entry: dict[str, Any], *, at: Any = None, cache: TailCache | 
         filesystem = _filesystem(entry)
         if filesystem is not None:
             kwargs["filesystem"] = filesystem
-        if hasattr(stall, "evaluate_tail"):
-            c, tail = stall.evaluate_tail(location, thresholds, _tail(remembered), **kwargs)
-            out["requests"] = dict(tail.requests)
-            if cache is not None:
-                cache.store(location, conn_id, tail.to_dict(), remembered)
-        else:  # before watermark_ops.core.tail
-            c = stall.evaluate(location, thresholds, **kwargs)
+        previous = _tail(remembered)
+        try:
+            c, tail = evaluate_tail(location, thresholds, previous, **kwargs)
+        except (CheckpointMissing, StallInputError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the memory must never cost more than a full read
+            if previous is None:
+                raise
+            log.warning("%s: following the remembered tail failed (%r): read again in full", location, exc)
+            out["remembered"] = False
+            c, tail = evaluate_tail(location, thresholds, None, **kwargs)
+        out["requests"] = {k: int(v) for k, v in tail.requests.items()}
+        if cache is not None:
+            cache.store(location, conn_id, tail.to_dict(), remembered)
     except CheckpointMissing as exc:
         if entry.get("missing_ok"):
             return {**out, "counted": MISSING, "alarm": False, "payload": None}
@@ -260,6 +268,16 @@ def evaluate_checkpoints(entries: list[dict[str, Any]], *, at: Any = None, cache
         raise ValueError(f"concurrency must be >= 1, got {concurrency!r}")
     if not entries:
         return []
+    # One filesystem per connection, built before the threads start (else each thread builds its own).
+    seen = set()
+    for e in entries:
+        key = (str(e["checkpoint"]).split("://", 1)[0], e.get("conn_id"), json.dumps(e.get("storage_options"), sort_keys=True))
+        if e.get("conn_id") and key not in seen:
+            seen.add(key)
+            try:
+                _filesystem(e)
+            except Exception:  # noqa: BLE001 - reported by that checkpoint's own evaluation
+                pass
     with ThreadPoolExecutor(max_workers=min(concurrency, len(entries)),
                             thread_name_prefix="watermark-monitor") as pool:
         results = list(pool.map(lambda e: evaluate_entry(e, at=at, cache=cache), entries))
@@ -273,8 +291,8 @@ def summarize(results: list[dict[str, Any]], *, seconds: float | None = None) ->
 
     :return: ``{"checkpoints": int (watched), "counts": {state | "missing" | "unreadable": int},
         "alarm_count": int, "alarms": [payload, ...] (in full, in watch order), "remembered": int
-        (checkpoints whose previous tail was found), "requests": {"list": n, "get": n, "head": n}
-        (summed over the checkpoints whose read reported them), "seconds": float | None (wall time of
+        (checkpoints whose previous tail was found), "requests": {"list": n, "get": n, "head": n,
+        "listed": checkpoints that had to list} (summed over the checkpoints whose read reported them), "seconds": float | None (wall time of
         the evaluations)}``.
     """
     counts: dict[str, int] = {}
