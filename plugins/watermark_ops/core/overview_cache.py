@@ -1,0 +1,558 @@
+"""Overview rows that read only what changed since the last view, shared by concurrent viewers.
+
+The overview at a platform's scale (hundreds of checkpoints, each viewed every few seconds by
+several people) cannot read every checkpoint whole at each view. This module remembers, per
+checkpoint (keyed by its location; a change of query id, a rewind or a gap starts over):
+
+* the newest batch already audited for good (the *boundary*: the committed head, or the batch
+  below an in-flight head), its files (the rules compare it with the next batch), and the
+  findings about the batches up to it, which no later file can change;
+* the newest batches (a window of :func:`watermark_ops.core.stall.recent_batches` ids, what a
+  sensor poke reads), the progress-log records of those batches and the state operators'
+  metadata when the watermark is 0: what the stall classification needs, re-classified at each
+  evaluation instant without reading anything.
+
+At the next view (:func:`advance`) it reads ``metadata`` (the query id) and probes
+``offsets/<head+1>`` by name: with no new batch that is two requests and no batch file, whatever
+the history. New batches are read by name (offsets and commits, in growing rounds) and audited
+together with the boundary batch; their findings are added to the remembered ones. A first view,
+a changed query id (the checkpoint was replaced), a head whose files went away (rewind) or a
+missing checkpoint reads the whole checkpoint (as :func:`watermark_ops.core.overview.overview_row`).
+
+:class:`SharedOverview` evaluates every known checkpoint once per refresh, concurrently with a
+bound, for every viewer at once (single flight: a viewer arriving while a refresh runs waits for
+it instead of starting another), and serves that evaluation to the views within ``max_age``
+seconds. Its rows are the same for everyone; a face filters them per user afterwards.
+
+Pure core: imports neither Airflow nor Spark; times are epoch milliseconds UTC.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Hashable, Iterable, Sequence
+
+from watermark_ops.core.audit import AuditReport, audit_checkpoint
+from watermark_ops.core.checkpoint import Batch, Checkpoint, open_storage, read_checkpoint
+from watermark_ops.core.log_formats import LogFileError, ReadProblem, parse_commit, parse_metadata, parse_offsets
+from watermark_ops.core.progress import ProgressLog, progress_log_path, read_progress_log, read_progress_tail
+from watermark_ops.core.rules import ERROR, INFO, WARNING, Finding
+from watermark_ops.core.thresholds import Thresholds
+from watermark_ops.core.times import now_ms
+
+__all__ = ["MAX_CONCURRENT_ROWS", "RowMemory", "SharedOverview", "advance", "row_of"]
+
+#: Checkpoints evaluated at once by :class:`SharedOverview` (threads; each one's reads are
+#: themselves concurrent on an async filesystem, bounded by the core's reader).
+MAX_CONCURRENT_ROWS = 16
+#: The first probe round reads ``offsets/<head+1>`` alone; then rounds of this many ids and more.
+_FIRST_ROUND = 8
+_ORDER = {ERROR: 0, WARNING: 1, INFO: 2}
+
+
+@dataclass(frozen=True)
+class RowMemory:
+    """What one checkpoint's previous evaluation remembers (see the module docstring).
+
+    :ivar location: the location as given (the memory is only used again for the same one).
+    :ivar query_id: ``metadata``'s query id when it was read (None: none or unreadable).
+    :ivar newest: the window size (batch ids) kept for the classification.
+    :ivar boundary: the newest batch id whose findings are final (None: none yet).
+    :ivar boundary_batch: that batch's files (the rules compare it with the next batch).
+    :ivar final: the findings about batch ids up to ``boundary``.
+    :ivar findings: every finding of the last evaluation (``final`` + the newer batches' + those
+        about the whole checkpoint), what the row shows.
+    :ivar window: the newest ``newest`` batches as a :class:`Checkpoint` (``unread_batches``
+        counts the older ones).
+    :ivar progress: the progress-log records of the window's batches, and the log's problems.
+    :ivar progress_found: False when the log was missing at the last read (a job of another tool).
+    :ivar async_tracking: a progress record asked for async progress tracking (kept for the rules).
+    :ivar state_metadata: the state operators' metadata and its problems, read while the
+        watermark is 0 (None otherwise).
+    :ivar reads: what the last :func:`advance` read: ``{"mode": "full" | "incremental",
+        "batch_files": n, "requests": n}`` (``requests``: files and folders asked for).
+    """
+
+    location: str
+    query_id: str | None
+    newest: int
+    boundary: int | None
+    boundary_batch: Batch | None
+    final: tuple[Finding, ...]
+    findings: tuple[Finding, ...]
+    window: Checkpoint
+    progress: ProgressLog
+    progress_found: bool = True
+    async_tracking: dict[str, Any] | None = None
+    state_metadata: tuple[Any, tuple[str, ...]] | None = None
+    reads: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def head_batch_id(self) -> int | None:
+        """The head batch id of the last read."""
+        return self.window.head_batch_id
+
+
+def _sorted(findings: Iterable[Finding]) -> tuple[Finding, ...]:
+    return tuple(sorted(findings, key=lambda f: (_ORDER[f.severity], -1 if f.batch_id is None else f.batch_id)))
+
+
+def _boundary(checkpoint: Checkpoint) -> int | None:
+    """The newest batch id whose files are final: the committed head, else the highest id below an
+    in-flight head (None when there is none)."""
+    head = checkpoint.head_batch_id
+    if head is None:
+        return None
+    if checkpoint.in_flight_batch_id is None:
+        return head
+    below = [b.batch_id for b in checkpoint.batches if b.batch_id < head]
+    return max(below) if below else None
+
+
+def _progress_tail(path: str, since: int, query_id: str | None, filesystem: Any) -> ProgressLog:
+    """``read_progress_tail`` through ``filesystem`` when the core's reader takes one."""
+    if filesystem is not None:
+        try:
+            return read_progress_tail(path, since, query_id=query_id, filesystem=filesystem)  # type: ignore[call-arg]
+        except TypeError:  # a reader without filesystem=: the progress log is left out
+            return ProgressLog(location=path)
+    return read_progress_tail(path, since, query_id=query_id)
+
+
+def _progress_whole(path: str, filesystem: Any) -> ProgressLog:
+    if filesystem is not None:
+        try:
+            return read_progress_log(path, filesystem=filesystem)  # type: ignore[call-arg]
+        except TypeError:
+            return ProgressLog(location=path)
+    return read_progress_log(path)
+
+
+def _exists(path: str, filesystem: Any) -> bool:
+    import os
+
+    if filesystem is None and "://" not in path:
+        return os.path.exists(path)
+    storage, inside = open_storage(path, filesystem=filesystem)
+    return storage.fs.exists(inside)
+
+
+def _async_marker(records: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
+    from watermark_ops.core.rules import ASYNC_PROGRESS_TRACKING
+
+    for record in records:
+        conf = record.get("requested_conf") if isinstance(record, dict) else None
+        if isinstance(conf, dict) and str(conf.get(ASYNC_PROGRESS_TRACKING, "")).strip().lower() == "true":
+            return {"batch_id": -1, "query_id": record.get("query_id"),
+                    "requested_conf": {ASYNC_PROGRESS_TRACKING: "true"}}
+    return None
+
+
+def _state_metadata(window: Checkpoint, filesystem: Any) -> tuple[Any, tuple[str, ...]] | None:
+    from watermark_ops.core.stall import needs_state_metadata, state_metadata_of
+
+    if not window.batches or not needs_state_metadata(window):
+        return None
+    if filesystem is not None:
+        from watermark_ops.core.checkpoint import read_state_metadata
+
+        try:
+            state = read_state_metadata(window.location, filesystem=filesystem)
+        except Exception as exc:  # noqa: BLE001 - evidence missing, not a failed classification
+            return None, (f"state metadata of {window.location} cannot be read: {exc!r}",)
+        return state, tuple(f"{p.kind}: {p.file}: {p.message}" for p in state.problems)
+    state, problems = state_metadata_of(window)
+    return state, tuple(problems)
+
+
+def _window(checkpoint: Checkpoint, batches: Sequence[Batch], newest: int, older: int,
+            problems: Sequence[ReadProblem]) -> Checkpoint:
+    """The newest ``newest`` offsets ids of ``batches`` (and the commit-only ids among them)."""
+    ids = sorted(b.batch_id for b in batches if b.offsets_file is not None)
+    keep_from = ids[-newest] if len(ids) > newest else (ids[0] if ids else None)
+    kept = tuple(b for b in batches if keep_from is None or b.batch_id >= keep_from)
+    dropped = sum(1 for i in ids if keep_from is not None and i < keep_from)
+    kept_ids = {b.batch_id for b in kept}
+    kept_problems = tuple(p for p in problems if p.batch_id is None or p.batch_id in kept_ids)
+    return Checkpoint(location=checkpoint.location, query_id=checkpoint.query_id, batches=kept,
+                      problems=kept_problems, has_commit_log=checkpoint.has_commit_log,
+                      metadata_file=checkpoint.metadata_file, newest=newest, unread_batches=older + dropped,
+                      lowest_offsets_batch_id=checkpoint.lowest_offsets_batch_id)
+
+
+def _full(location: str, newest: int, filesystem: Any, storage_options: dict[str, Any] | None) -> RowMemory:
+    """Read everything (a first view, or the memory no longer matches) and audit it whole."""
+    checkpoint = read_checkpoint(location, filesystem=filesystem, storage_options=storage_options)
+    path = progress_log_path(checkpoint.location if filesystem is None else location)
+    problems: list[str] = []
+    found = True
+    progress: ProgressLog | None
+    try:
+        progress = _progress_whole(path, filesystem) if checkpoint.batches else None
+    except FileNotFoundError:
+        progress, found = None, False
+    except (OSError, ValueError, ImportError) as exc:
+        progress = None
+        problems.append(f"progress log {path} cannot be read: {exc!r}")
+    if progress is not None and not progress.records and not progress.problems and not _exists(path, filesystem):
+        found = False
+    report = audit_checkpoint(checkpoint, None, progress=progress)
+    window = _window(checkpoint, checkpoint.batches, newest, 0, checkpoint.problems)
+    boundary = _boundary(checkpoint)
+    first = window.batches[0].batch_id if window.batches else 0
+    records = [r for r in (progress.records if progress else []) if r["batch_id"] >= first
+               and (checkpoint.query_id is None or r.get("query_id") in (None, checkpoint.query_id))]
+    kept = ProgressLog(location=path, records=records, problems=list(progress.problems if progress else []) + problems)
+    return RowMemory(
+        location=location, query_id=checkpoint.query_id, newest=newest, boundary=boundary,
+        boundary_batch=checkpoint.batch(boundary) if boundary is not None else None,
+        final=tuple(f for f in report.findings if f.batch_id is not None and boundary is not None
+                    and f.batch_id <= boundary),
+        findings=report.findings, window=window, progress=kept, progress_found=found,
+        async_tracking=_async_marker(progress.records) if progress else None,
+        state_metadata=_state_metadata(window, filesystem),
+        reads={"mode": "full", "batch_files": sum(int(b.offsets_file is not None) + int(b.committed)
+                                                 for b in checkpoint.batches)},
+    )
+
+
+def _parse_batch(raw: bytes | Exception, parse: Callable, batch_id: int, file: str,
+                 problems: list[ReadProblem]) -> Any:
+    if isinstance(raw, Exception):
+        problems.append(ReadProblem("unreadable", file, f"cannot read the file: {raw!r}", batch_id))
+        return None
+    try:
+        return parse(raw, batch_id, file)
+    except LogFileError as err:
+        problems.append(ReadProblem(err.kind, file, err.message, batch_id))
+        return None
+
+
+def _follow(memory: RowMemory, filesystem: Any, storage_options: dict[str, Any] | None
+            ) -> tuple[str | None, list[Batch], list[ReadProblem], int] | None:
+    """Read ``metadata`` and the batches after the remembered head by name.
+
+    :return: ``(query id, new or re-read batches ascending, their problems, requests made)``, or
+        None when the memory no longer matches (the query id changed or ``metadata`` went away,
+        the head's offsets file is gone): the caller reads everything.
+    """
+    storage, root = open_storage(memory.location, filesystem=filesystem, storage_options=storage_options)
+    display = storage.display
+    window = memory.window
+    head = window.head_batch_id
+    start = (memory.boundary + 1) if memory.boundary is not None else (head if head is not None else 0)
+    metadata = f"{root}/metadata"
+    first = [metadata, f"{root}/offsets/{start}"]
+    if head is not None and start <= head:  # an in-flight head: its commit may have landed
+        first += [f"{root}/commits/{i}" for i in range(start, head + 1)]
+    content = storage.read(first)
+    requests = len(first)
+    raw = content(metadata)
+    if isinstance(raw, FileNotFoundError):
+        return None
+    problems: list[ReadProblem] = []
+    query_id = None
+    if isinstance(raw, Exception):
+        problems.append(ReadProblem("unreadable", display(metadata), f"cannot read the file: {raw!r}"))
+        query_id = memory.query_id  # a transient failure: keep going, the problem is shown
+    else:
+        try:
+            query_id = parse_metadata(raw)
+        except LogFileError as err:
+            problems.append(ReadProblem(err.kind, display(metadata), err.message))
+            query_id = memory.query_id
+    if query_id != memory.query_id:
+        return None
+    if head is not None and start <= head and isinstance(content(f"{root}/offsets/{start}"), FileNotFoundError):
+        return None  # the in-flight head's offsets went away: rewound
+    batches: list[Batch] = []
+    next_id, size = start, 1
+    while True:
+        offsets_paths = [f"{root}/offsets/{i}" for i in range(next_id, next_id + size)]
+        commit_paths = [f"{root}/commits/{i}" for i in range(next_id, next_id + size)]
+        if next_id == start:
+            wanted = [p for p in commit_paths if p not in first]
+            if size == 1 and isinstance(content(offsets_paths[0]), FileNotFoundError):
+                break  # nothing new: metadata and one probe were all
+            more = storage.read(wanted) if wanted else (lambda path: FileNotFoundError(path))
+            requests += len(wanted)
+
+            def got(path: str, _more=more) -> bytes | Exception:
+                return content(path) if path in first else _more(path)
+        else:
+            fetched = storage.read(offsets_paths + commit_paths)
+            requests += len(offsets_paths) + len(commit_paths)
+            got = fetched
+        ended = False
+        for batch_id, offsets_path, commit_path in zip(range(next_id, next_id + size), offsets_paths, commit_paths):
+            raw_offsets, raw_commit = got(offsets_path), got(commit_path)
+            if isinstance(raw_offsets, FileNotFoundError):
+                ended = True
+                break
+            offsets = _parse_batch(raw_offsets, parse_offsets, batch_id, display(offsets_path), problems)
+            if offsets is not None:
+                offsets, line_problems = offsets
+                problems.extend(line_problems)
+            commit = None
+            committed = not isinstance(raw_commit, FileNotFoundError)
+            if committed:
+                commit = _parse_batch(raw_commit, parse_commit, batch_id, display(commit_path), problems)
+            batches.append(Batch(batch_id=batch_id, offsets=offsets, commit=commit,
+                                 offsets_file=display(offsets_path),
+                                 commit_file=display(commit_path) if committed else None))
+        if ended:
+            break
+        next_id += size
+        size = _FIRST_ROUND if size == 1 else size * 2
+    return query_id, batches, problems, requests
+
+
+def advance(location: str, memory: RowMemory | None = None, *, newest: int, filesystem: Any = None,
+            storage_options: dict[str, Any] | None = None) -> RowMemory:
+    """The checkpoint's memory after reading what changed since ``memory`` (everything without one).
+
+    :param location: the checkpoint folder (local path, fsspec URL, or a path on ``filesystem``).
+    :param memory: the previous result for this location, or None.
+    :param newest: the batch ids the classification needs (:func:`watermark_ops.core.stall.recent_batches`).
+    :param filesystem: an fsspec filesystem to read with (None: local ``os`` / fsspec from the URL).
+    :param storage_options: fsspec options when no filesystem is given.
+    :return: a new :class:`RowMemory` (``reads`` tells what this call read). Never raises for bad
+        content (the problems are in the findings); a filesystem error may raise.
+    """
+    if (memory is None or memory.location != location or memory.newest != newest
+            or memory.window.head_batch_id is None):
+        return _full(location, newest, filesystem, storage_options)
+    followed = _follow(memory, filesystem, storage_options)
+    if followed is None:
+        return _full(location, newest, filesystem, storage_options)
+    query_id, new, problems, requests = followed
+    boundary = memory.boundary
+    window = memory.window
+    metadata_problems = tuple(p for p in problems if p.batch_id is None)
+    if not new and not metadata_problems and not any(p.batch_id is None for p in window.problems):
+        reads = {"mode": "incremental", "batch_files": 0, "requests": requests}
+        head = window.head_batch_id
+        if (memory.progress_found and head is not None and head == boundary
+                and not any(r["batch_id"] == head for r in memory.progress.records)):
+            # The head's progress record is written after its commit: read the log's end again
+            # until it is there (one read of the end of the log, no batch file).
+            try:
+                late = _progress_tail(memory.progress.location, head, query_id, filesystem)
+            except (OSError, ValueError, ImportError):
+                late = None
+            reads["requests"] += 1
+            if late is not None and late.records:
+                records = [r for r in memory.progress.records if r["batch_id"] < head] + late.records
+                return replace(memory, progress=replace(memory.progress, records=records), reads=reads)
+        return replace(memory, reads=reads)
+    # Batches above the boundary replace the window's (an in-flight head re-read with its commit).
+    kept = [b for b in window.batches if boundary is None or b.batch_id <= boundary]
+    batches = kept + new
+    old_problems = [p for p in window.problems if p.batch_id is not None and
+                    (boundary is None or p.batch_id <= boundary)]
+    shell = replace(window, query_id=query_id, batches=tuple(batches))
+    new_window = _window(shell, batches, memory.newest, window.unread_batches,
+                         old_problems + list(problems))
+    # Audit the new batches with the boundary batch before them; keep the findings about the new ones.
+    path = progress_log_path(window.location if filesystem is None else location)
+    since = (boundary + 1) if boundary is not None else 0
+    progress_problems: list[str] = []
+    found = memory.progress_found
+    fresh = ProgressLog(location=path)
+    if new:
+        try:
+            fresh = _progress_tail(path, since, query_id, filesystem)
+        except FileNotFoundError:
+            found = False
+        except (OSError, ValueError, ImportError) as exc:
+            progress_problems.append(f"progress log {path} cannot be read: {exc!r}")
+        found = found or bool(fresh.records)
+    audited = Checkpoint(location=window.location, query_id=query_id,
+                         batches=tuple(([memory.boundary_batch] if memory.boundary_batch else []) + new),
+                         problems=tuple(problems), has_commit_log=window.has_commit_log,
+                         metadata_file=window.metadata_file)
+    marker = memory.async_tracking or _async_marker(fresh.records)
+    audit_progress = ProgressLog(location=path, records=list(fresh.records) + ([marker] if marker else []))
+    report = audit_checkpoint(audited, None, progress=audit_progress)
+    added = [f for f in report.findings if f.batch_id is None or boundary is None or f.batch_id > boundary]
+    findings = _sorted(list(memory.final) + added)
+    new_boundary = _boundary(new_window) if new_window.batches else boundary
+    if new_boundary is None or (boundary is not None and new_boundary < boundary):
+        new_boundary = boundary
+    first = new_window.batches[0].batch_id if new_window.batches else 0
+    records = [r for r in memory.progress.records if r["batch_id"] >= first and r["batch_id"] < since]
+    records += [r for r in fresh.records if r["batch_id"] >= first]
+    progress = ProgressLog(location=path, records=records,
+                           problems=list(memory.progress.problems) + list(fresh.problems) + progress_problems)
+    state = memory.state_metadata
+    if new:
+        state = _state_metadata(new_window, filesystem)
+    return replace(
+        memory, query_id=query_id, boundary=new_boundary,
+        boundary_batch=new_window.batch(new_boundary) if new_boundary is not None else None,
+        final=tuple(f for f in findings if f.batch_id is not None and new_boundary is not None
+                    and f.batch_id <= new_boundary),
+        findings=findings, window=new_window, progress=progress, progress_found=found, async_tracking=marker,
+        state_metadata=state,
+        reads={"mode": "incremental", "batch_files": sum(int(b.offsets_file is not None) + int(b.committed)
+                                                         for b in new), "requests": requests},
+    )
+
+
+def row_of(memory: RowMemory, thresholds: Thresholds, *, name: str | None = None, missing_ok: bool = False,
+           at_ms: int | None = None) -> dict[str, Any]:
+    """The overview row of a remembered checkpoint at ``at_ms`` (nothing is read): the same fields
+    and ranks as :func:`watermark_ops.core.overview.overview_row`, the stall classification over
+    the remembered newest batches.
+
+    :param at_ms: the evaluation instant (epoch ms UTC), default now.
+    """
+    from watermark_ops.core.overview import _row_of, empty_row
+    from watermark_ops.core.stall import StallInputError, classify
+    from watermark_ops.core.status import CheckpointStatus
+
+    window = memory.window
+    row = empty_row(memory.location, name)
+    missing = [p for p in window.problems if p.kind == "checkpoint_missing"]
+    if missing:
+        return _row_of(row, window, thresholds, at_ms, missing_ok, (None, None, None, None))
+    status = CheckpointStatus.of(window)
+    report = AuditReport(location=window.location, query_id=window.query_id, head_batch_id=window.head_batch_id,
+                         in_flight_batch_id=window.in_flight_batch_id, watermark_ms=window.next_watermark_ms,
+                         batches=(), findings=memory.findings)
+    at = now_ms() if at_ms is None else at_ms
+    state, state_problems = memory.state_metadata or (None, ())
+    try:
+        classification, why_not = classify(window, memory.progress.records, thresholds, at,
+                                           list(memory.progress.problems) + list(state_problems),
+                                           state_metadata=state), None
+    except StallInputError as exc:
+        classification, why_not = None, str(exc)
+    return _row_of(row, window, thresholds, at_ms, missing_ok, (status, report, classification, why_not))
+
+
+# --------------------------------------------------------------------------------------------
+# One evaluation for every viewer
+
+
+@dataclass(frozen=True)
+class Job:
+    """One row to evaluate: ``key`` (the face's identity of the entry), the location and how to
+    read and classify it."""
+
+    key: Hashable
+    location: str
+    thresholds: Thresholds
+    missing_ok: bool = False
+    filesystem: Any = None
+    storage_options: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """The rows of one refresh: ``rows`` {job key: row}, ``at_ms`` (its evaluation instant, epoch
+    ms UTC), ``seconds`` (how long it took), ``reads`` {"full": n, "incremental": n, "batch_files":
+    n, "requests": n} over its checkpoints."""
+
+    rows: dict[Hashable, dict[str, Any]]
+    at_ms: int
+    seconds: float
+    reads: dict[str, int]
+
+
+class SharedOverview:
+    """Every viewer's overview from one evaluation (see the module docstring).
+
+    :param max_age: seconds an evaluation serves later views (0: every view refreshes, still
+        sharing a refresh already running).
+    :param workers: checkpoints evaluated at once (:data:`MAX_CONCURRENT_ROWS`).
+    :param failed_row: ``(job, exception) -> row`` for a checkpoint whose read raised.
+    """
+
+    def __init__(self, *, max_age: float = 0.0, workers: int = MAX_CONCURRENT_ROWS,
+                 failed_row: Callable[[Job, Exception], dict[str, Any]] | None = None):
+        self.max_age = max_age
+        self.workers = workers
+        self._failed_row = failed_row
+        self._lock = threading.Lock()
+        self._memory: dict[tuple[str, int, int], RowMemory] = {}
+        self._last: tuple[frozenset, float, Evaluation] | None = None
+        self._running: tuple[frozenset, Future] | None = None
+        self.refreshes = 0
+
+    def evaluate(self, jobs: Sequence[Job], *, max_age: float | None = None) -> Evaluation:
+        """The rows of ``jobs``: the last evaluation when it covers the same jobs and is younger
+        than ``max_age`` seconds, else the running refresh of the same jobs, else a new one (run by
+        this caller's thread, the others wait for it).
+
+        :raises Exception: whatever a refresh raised outside a row (each row's own failure is a row).
+        """
+        age = self.max_age if max_age is None else max_age
+        keys = frozenset((job.key, job.location, job.thresholds, job.missing_ok) for job in jobs)
+        with self._lock:
+            if self._last is not None and self._last[0] == keys and time.monotonic() - self._last[1] <= age:
+                return self._last[2]
+            if self._running is not None and self._running[0] == keys:
+                future = self._running[1]
+                leader = False
+            else:
+                future = Future()
+                self._running = (keys, future)
+                leader = True
+        if not leader:
+            return future.result()
+        try:
+            evaluation = self._refresh(jobs)
+        except BaseException as exc:
+            with self._lock:
+                self._running = None
+            future.set_exception(exc)
+            raise
+        with self._lock:
+            self._last = (keys, time.monotonic(), evaluation)
+            self._running = None
+            self.refreshes += 1
+        future.set_result(evaluation)
+        return evaluation
+
+    def _refresh(self, jobs: Sequence[Job]) -> Evaluation:
+        from watermark_ops.core.stall import recent_batches
+
+        started = time.monotonic()
+        at = now_ms()
+        reads = {"full": 0, "incremental": 0, "batch_files": 0, "requests": 0}
+
+        def one(job: Job) -> tuple[Hashable, dict[str, Any]]:
+            newest = recent_batches(job.thresholds)
+            slot = (job.location, id(job.filesystem), newest)
+            try:
+                with self._lock:
+                    previous = self._memory.get(slot)
+                memory = advance(job.location, previous, newest=newest, filesystem=job.filesystem,
+                                 storage_options=job.storage_options)
+                with self._lock:
+                    self._memory[slot] = memory
+                    reads[memory.reads.get("mode", "full")] += 1
+                    reads["batch_files"] += memory.reads.get("batch_files", 0)
+                    reads["requests"] += memory.reads.get("requests", 0)
+                return job.key, row_of(memory, job.thresholds, name=job.location, missing_ok=job.missing_ok,
+                                       at_ms=at)
+            except Exception as exc:  # one checkpoint must never take the overview down
+                if self._failed_row is None:
+                    raise
+                return job.key, self._failed_row(job, exc)
+
+        if len(jobs) <= 1 or self.workers <= 1:
+            rows = dict(one(job) for job in jobs)
+        else:
+            with ThreadPoolExecutor(max_workers=min(self.workers, len(jobs)),
+                                    thread_name_prefix="watermark-ops-overview") as pool:
+                rows = dict(pool.map(one, jobs))
+        locations = {(job.location, id(job.filesystem), recent_batches(job.thresholds)) for job in jobs}
+        with self._lock:  # forget checkpoints no longer known
+            for slot in [s for s in self._memory if s not in locations]:
+                del self._memory[slot]
+        return Evaluation(rows=rows, at_ms=at, seconds=time.monotonic() - started, reads=reads)
