@@ -51,6 +51,8 @@ MAX_CONCURRENT_ROWS = 16
 #: The first probe round reads ``offsets/<head+1>`` alone; then rounds of this many ids and more.
 _FIRST_ROUND = 8
 _ORDER = {ERROR: 0, WARNING: 1, INFO: 2}
+#: The progress-log problems a memory keeps (the newest).
+_PROBLEMS_KEPT = 50
 
 
 @dataclass(frozen=True)
@@ -132,12 +134,15 @@ def _progress_whole(path: str, filesystem: Any) -> ProgressLog:
 
 
 def _exists(path: str, filesystem: Any) -> bool:
+    """Whether ``path`` exists (a stat or HEAD request: nothing is read)."""
     import os
 
     if filesystem is None and "://" not in path:
         return os.path.exists(path)
-    storage, inside = open_storage(path, filesystem=filesystem)
-    return storage.fs.exists(inside)
+    if filesystem is None:
+        storage, path = open_storage(path)
+        filesystem = storage.fs
+    return filesystem.exists(path)
 
 
 def _async_marker(records: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
@@ -233,31 +238,37 @@ def _parse_batch(raw: bytes | Exception, parse: Callable, batch_id: int, file: s
 
 def _follow(memory: RowMemory, filesystem: Any, storage_options: dict[str, Any] | None
             ) -> tuple[str | None, list[Batch], list[ReadProblem], int] | None:
-    """Read ``metadata`` and the batches after the remembered head by name.
+    """Read ``metadata`` and what came after the remembered head, by name (no listing).
 
-    :return: ``(query id, new or re-read batches ascending, their problems, requests made)``, or
+    One concurrent round: ``metadata``, ``offsets/<head+1>`` and, for an in-flight head, its
+    ``commits/<head>`` (its offsets are remembered; that they still exist is checked without
+    reading them). Then new batches in growing rounds (offsets and commits) until an offsets file
+    is missing.
+
+    :return: ``(query id, the batches above the boundary, ascending (the in-flight head again,
+        with its commit if it landed; then the new ones), their problems, requests made)``, or
         None when the memory no longer matches (the query id changed or ``metadata`` went away,
-        the head's offsets file is gone): the caller reads everything.
+        the in-flight head's offsets file is gone): the caller reads everything.
     """
     storage, root = open_storage(memory.location, filesystem=filesystem, storage_options=storage_options)
     display = storage.display
     window = memory.window
     head = window.head_batch_id
-    start = (memory.boundary + 1) if memory.boundary is not None else (head if head is not None else 0)
+    boundary = memory.boundary
+    pending = [b for b in window.batches if boundary is None or b.batch_id > boundary]  # the in-flight head
     metadata = f"{root}/metadata"
-    first = [metadata, f"{root}/offsets/{start}"]
-    if head is not None and start <= head:  # an in-flight head: its commit may have landed
-        first += [f"{root}/commits/{i}" for i in range(start, head + 1)]
+    next_id = (head + 1) if head is not None else 0
+    first = [metadata, f"{root}/offsets/{next_id}"]
+    first += [f"{root}/commits/{b.batch_id}" for b in pending if not b.committed]
     content = storage.read(first)
     requests = len(first)
     raw = content(metadata)
     if isinstance(raw, FileNotFoundError):
         return None
     problems: list[ReadProblem] = []
-    query_id = None
     if isinstance(raw, Exception):
         problems.append(ReadProblem("unreadable", display(metadata), f"cannot read the file: {raw!r}"))
-        query_id = memory.query_id  # a transient failure: keep going, the problem is shown
+        query_id = memory.query_id  # a failed read: keep going, the problem is shown
     else:
         try:
             query_id = parse_metadata(raw)
@@ -266,32 +277,34 @@ def _follow(memory: RowMemory, filesystem: Any, storage_options: dict[str, Any] 
             query_id = memory.query_id
     if query_id != memory.query_id:
         return None
-    if head is not None and start <= head and isinstance(content(f"{root}/offsets/{start}"), FileNotFoundError):
-        return None  # the in-flight head's offsets went away: rewound
     batches: list[Batch] = []
-    next_id, size = start, 1
+    for batch in pending:
+        if batch.offsets_file is not None:
+            requests += 1
+            if not _exists(f"{root}/offsets/{batch.batch_id}", filesystem if filesystem is not None
+                           else getattr(storage, "fs", None)):
+                return None  # the in-flight head's offsets went away: rewound
+        if not batch.committed:
+            commit_path = f"{root}/commits/{batch.batch_id}"
+            raw_commit = content(commit_path)
+            if not isinstance(raw_commit, FileNotFoundError):
+                commit = _parse_batch(raw_commit, parse_commit, batch.batch_id, display(commit_path), problems)
+                batch = replace(batch, commit=commit, commit_file=display(commit_path))
+        batches.append(batch)
+    got, size = content, 1
     while True:
-        offsets_paths = [f"{root}/offsets/{i}" for i in range(next_id, next_id + size)]
-        commit_paths = [f"{root}/commits/{i}" for i in range(next_id, next_id + size)]
-        if next_id == start:
-            wanted = [p for p in commit_paths if p not in first]
-            if size == 1 and isinstance(content(offsets_paths[0]), FileNotFoundError):
-                break  # nothing new: metadata and one probe were all
-            more = storage.read(wanted) if wanted else (lambda path: FileNotFoundError(path))
-            requests += len(wanted)
-
-            def got(path: str, _more=more) -> bytes | Exception:
-                return content(path) if path in first else _more(path)
-        else:
-            fetched = storage.read(offsets_paths + commit_paths)
-            requests += len(offsets_paths) + len(commit_paths)
-            got = fetched
         ended = False
-        for batch_id, offsets_path, commit_path in zip(range(next_id, next_id + size), offsets_paths, commit_paths):
-            raw_offsets, raw_commit = got(offsets_path), got(commit_path)
+        for batch_id in range(next_id, next_id + size):
+            offsets_path, commit_path = f"{root}/offsets/{batch_id}", f"{root}/commits/{batch_id}"
+            raw_offsets = got(offsets_path)
             if isinstance(raw_offsets, FileNotFoundError):
                 ended = True
                 break
+            if got is content:  # the first probe found a new batch: its commit, alone
+                raw_commit = storage.read([commit_path])(commit_path)
+                requests += 1
+            else:
+                raw_commit = got(commit_path)
             offsets = _parse_batch(raw_offsets, parse_offsets, batch_id, display(offsets_path), problems)
             if offsets is not None:
                 offsets, line_problems = offsets
@@ -300,13 +313,15 @@ def _follow(memory: RowMemory, filesystem: Any, storage_options: dict[str, Any] 
             committed = not isinstance(raw_commit, FileNotFoundError)
             if committed:
                 commit = _parse_batch(raw_commit, parse_commit, batch_id, display(commit_path), problems)
-            batches.append(Batch(batch_id=batch_id, offsets=offsets, commit=commit,
-                                 offsets_file=display(offsets_path),
+            batches.append(Batch(batch_id=batch_id, offsets=offsets, commit=commit, offsets_file=display(offsets_path),
                                  commit_file=display(commit_path) if committed else None))
         if ended:
             break
         next_id += size
         size = _FIRST_ROUND if size == 1 else size * 2
+        paths = [f"{root}/{log}/{i}" for log in ("offsets", "commits") for i in range(next_id, next_id + size)]
+        got = storage.read(paths)
+        requests += len(paths)
     return query_id, batches, problems, requests
 
 
@@ -332,6 +347,10 @@ def advance(location: str, memory: RowMemory | None = None, *, newest: int, file
     boundary = memory.boundary
     window = memory.window
     metadata_problems = tuple(p for p in problems if p.batch_id is None)
+    unchanged = [b for b in window.batches if boundary is None or b.batch_id > boundary]
+    above = new  # every batch above the boundary, as followed now
+    if new == unchanged:
+        new = []  # the in-flight head as it was: nothing changed
     if not new and not metadata_problems and not any(p.batch_id is None for p in window.problems):
         reads = {"mode": "incremental", "batch_files": 0, "requests": requests}
         head = window.head_batch_id
@@ -350,9 +369,10 @@ def advance(location: str, memory: RowMemory | None = None, *, newest: int, file
         return replace(memory, reads=reads)
     # Batches above the boundary replace the window's (an in-flight head re-read with its commit).
     kept = [b for b in window.batches if boundary is None or b.batch_id <= boundary]
-    batches = kept + new
+    batches = kept + above
+    reused = {b.batch_id for b in unchanged}  # an in-flight head's offsets are not read again
     old_problems = [p for p in window.problems if p.batch_id is not None and
-                    (boundary is None or p.batch_id <= boundary)]
+                    (boundary is None or p.batch_id <= boundary or p.batch_id in reused)]
     shell = replace(window, query_id=query_id, batches=tuple(batches))
     new_window = _window(shell, batches, memory.newest, window.unread_batches,
                          old_problems + list(problems))
@@ -371,9 +391,9 @@ def advance(location: str, memory: RowMemory | None = None, *, newest: int, file
             progress_problems.append(f"progress log {path} cannot be read: {exc!r}")
         found = found or bool(fresh.records)
     audited = Checkpoint(location=window.location, query_id=query_id,
-                         batches=tuple(([memory.boundary_batch] if memory.boundary_batch else []) + new),
-                         problems=tuple(problems), has_commit_log=window.has_commit_log,
-                         metadata_file=window.metadata_file)
+                         batches=tuple(([memory.boundary_batch] if memory.boundary_batch else []) + above),
+                         problems=tuple(problems) + tuple(p for p in window.problems if p.batch_id in reused),
+                         has_commit_log=window.has_commit_log, metadata_file=window.metadata_file)
     marker = memory.async_tracking or _async_marker(fresh.records)
     audit_progress = ProgressLog(location=path, records=list(fresh.records) + ([marker] if marker else []))
     report = audit_checkpoint(audited, None, progress=audit_progress)
@@ -383,10 +403,14 @@ def advance(location: str, memory: RowMemory | None = None, *, newest: int, file
     if new_boundary is None or (boundary is not None and new_boundary < boundary):
         new_boundary = boundary
     first = new_window.batches[0].batch_id if new_window.batches else 0
-    records = [r for r in memory.progress.records if r["batch_id"] >= first and r["batch_id"] < since]
-    records += [r for r in fresh.records if r["batch_id"] >= first]
-    progress = ProgressLog(location=path, records=records,
-                           problems=list(memory.progress.problems) + list(fresh.problems) + progress_problems)
+    if new:
+        records = [r for r in memory.progress.records if first <= r["batch_id"] < since]
+        records += [r for r in fresh.records if r["batch_id"] >= first]
+    else:
+        records = [r for r in memory.progress.records if r["batch_id"] >= first]
+    # A bad line at the log's end is read again with the next batches: each problem once, the newest kept.
+    problems_seen = list(dict.fromkeys([*memory.progress.problems, *fresh.problems, *progress_problems]))
+    progress = ProgressLog(location=path, records=records, problems=problems_seen[-_PROBLEMS_KEPT:])
     state = memory.state_metadata
     if new:
         state = _state_metadata(new_window, filesystem)
@@ -397,8 +421,8 @@ def advance(location: str, memory: RowMemory | None = None, *, newest: int, file
                     and f.batch_id <= new_boundary),
         findings=findings, window=new_window, progress=progress, progress_found=found, async_tracking=marker,
         state_metadata=state,
-        reads={"mode": "incremental", "batch_files": sum(int(b.offsets_file is not None) + int(b.committed)
-                                                         for b in new), "requests": requests},
+        reads={"mode": "incremental", "batch_files": sum(int(b.offsets_file is not None and b.batch_id not in reused)
+                                                         + int(b.committed) for b in above), "requests": requests},
     )
 
 

@@ -219,3 +219,20 @@ def test_a_checkpoint_that_raises_is_its_own_row(tmp_path):
 
 if __name__ == "__main__":  # pragma: no cover
     pytest.main([__file__])
+
+
+def test_an_in_flight_head_is_watched_through_its_commit_alone(tmp_path):
+    root = tmp_path / "cp"
+    cf.handmade_checkpoint(str(root), _chain(5) + [(BASE + 5 * MINUTE, None)])
+    fs = CountingFS()
+    memory = advance(str(root), None, newest=NEWEST, filesystem=fs)
+    fs.reset()
+    again = advance(str(root), memory, newest=NEWEST, filesystem=fs)
+    # metadata read; commits/5 and offsets/6 probed; offsets/5 checked to exist, not read
+    assert fs.counts["batch_files"] == 0 and fs.counts["get"] == 1 and fs.counts["missing"] == 2
+    assert again.window.in_flight_batch_id == 5
+    _add(root, 5, [(BASE + 5 * MINUTE, BASE + 6 * MINUTE)])
+    fs.reset()
+    landed = advance(str(root), again, newest=NEWEST, filesystem=fs)
+    assert fs.counts["batch_files"] == 1  # commits/5 only
+    assert _same_as_whole_read(landed, str(root))["in_flight_batch"] is None
