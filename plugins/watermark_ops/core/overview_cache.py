@@ -145,6 +145,43 @@ def _exists(path: str, filesystem: Any) -> bool:
     return filesystem.exists(path)
 
 
+def _fresh_reader(storage: Any) -> Callable[[list[str]], Callable[[str], Any]]:
+    """``paths -> content(path)`` as ``storage.read``, but never answered from a filesystem's
+    listing cache: s3fs keeps listings with no expiry and answers "missing" for an object created
+    after the listing (or sizes it by a stale entry). The checkpoint's folders are forgotten from
+    the cache first, and s3fs reads each object with one plain GET (no size lookup)."""
+    fs = getattr(storage, "fs", None)
+    if fs is None:
+        return storage.read
+    import inspect
+
+    try:
+        plain = "max_concurrency" in inspect.signature(fs._cat_file).parameters
+    except (AttributeError, TypeError, ValueError):
+        plain = False
+
+    def read(paths: list[str]):
+        contents = fs.cat(paths, on_error="return", **({"max_concurrency": 1} if plain else {})) if paths else {}
+
+        def content(path: str) -> Any:
+            value = contents.get(path)
+            if value is None:
+                value = contents.get(fs._strip_protocol(path), FileNotFoundError(path))
+            return value
+
+        return content
+
+    return read
+
+
+def _forget_listings(storage: Any, root: str) -> None:
+    """Drop ``root`` and its log folders from the filesystem's listing cache (s3fs), if it has one."""
+    fs = getattr(storage, "fs", None)
+    if fs is not None and hasattr(fs, "invalidate_cache"):
+        for folder in (root, f"{root}/offsets", f"{root}/commits"):
+            fs.invalidate_cache(folder)
+
+
 def _async_marker(records: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
     from watermark_ops.core.rules import ASYNC_PROGRESS_TRACKING
 
@@ -190,6 +227,8 @@ def _window(checkpoint: Checkpoint, batches: Sequence[Batch], newest: int, older
 
 def _full(location: str, newest: int, filesystem: Any, storage_options: dict[str, Any] | None) -> RowMemory:
     """Read everything (a first view, or the memory no longer matches) and audit it whole."""
+    if filesystem is not None:
+        _forget_listings(*open_storage(location, filesystem=filesystem))
     checkpoint = read_checkpoint(location, filesystem=filesystem, storage_options=storage_options)
     path = progress_log_path(checkpoint.location if filesystem is None else location)
     problems: list[str] = []
@@ -260,7 +299,9 @@ def _follow(memory: RowMemory, filesystem: Any, storage_options: dict[str, Any] 
     next_id = (head + 1) if head is not None else 0
     first = [metadata, f"{root}/offsets/{next_id}"]
     first += [f"{root}/commits/{b.batch_id}" for b in pending if not b.committed]
-    content = storage.read(first)
+    _forget_listings(storage, root)
+    read = _fresh_reader(storage)
+    content = read(first)
     requests = len(first)
     raw = content(metadata)
     if isinstance(raw, FileNotFoundError):
@@ -301,7 +342,7 @@ def _follow(memory: RowMemory, filesystem: Any, storage_options: dict[str, Any] 
                 ended = True
                 break
             if got is content:  # the first probe found a new batch: its commit, alone
-                raw_commit = storage.read([commit_path])(commit_path)
+                raw_commit = read([commit_path])(commit_path)
                 requests += 1
             else:
                 raw_commit = got(commit_path)
@@ -320,7 +361,7 @@ def _follow(memory: RowMemory, filesystem: Any, storage_options: dict[str, Any] 
         next_id += size
         size = _FIRST_ROUND if size == 1 else size * 2
         paths = [f"{root}/{log}/{i}" for log in ("offsets", "commits") for i in range(next_id, next_id + size)]
-        got = storage.read(paths)
+        got = read(paths)
         requests += len(paths)
     return query_id, batches, problems, requests
 

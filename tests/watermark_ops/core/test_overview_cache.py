@@ -236,3 +236,35 @@ def test_an_in_flight_head_is_watched_through_its_commit_alone(tmp_path):
     landed = advance(str(root), again, newest=NEWEST, filesystem=fs)
     assert fs.counts["batch_files"] == 1  # commits/5 only
     assert _same_as_whole_read(landed, str(root))["in_flight_batch"] is None
+
+
+def test_on_a_real_s3_api_a_repeat_view_is_two_gets_and_a_new_batch_is_seen(s3_server, tmp_path):
+    """Through s3fs (whose listings never expire by default) and a counting proxy: the first view
+    lists, a repeat view is ``metadata`` plus one probe (no LIST, no batch file), and a batch
+    written after the first listing is found."""
+    from watermark_ops.examples.s3server import DelayProxy, upload_tree
+
+    local = tmp_path / "cp"
+    cf.handmade_checkpoint(str(local), _chain(30))
+    direct = s3_server.filesystem()
+    upload_tree(direct, local, "s3://overview-cache/cp")
+    proxy = DelayProxy(s3_server.endpoint_url)
+    try:
+        fs = s3_server.filesystem(client_kwargs={"endpoint_url": proxy.endpoint_url, "region_name": "us-east-1"})
+        memory = advance("s3://overview-cache/cp", None, newest=NEWEST, filesystem=fs)
+        assert memory.reads["mode"] == "full" and memory.window.head_batch_id == 29
+        assert proxy.counts["LIST"] >= 1
+        proxy.reset()
+        again = advance("s3://overview-cache/cp", memory, newest=NEWEST, filesystem=fs)
+        assert dict(proxy.counts) == {"GET": 2} and again.reads["batch_files"] == 0
+        direct.pipe({"overview-cache/cp/offsets/30": cf.offsets_text(BASE + 30 * MINUTE, 1_700_000_000_000 + 30 * MINUTE,
+                                                                     sources=[{"logOffset": 30}]).encode(),
+                     "overview-cache/cp/commits/30": cf.commit_text(BASE + 31 * MINUTE).encode()})
+        proxy.reset()
+        grown = advance("s3://overview-cache/cp", again, newest=NEWEST, filesystem=fs)
+        assert grown.window.head_batch_id == 30 and grown.reads["mode"] == "incremental"
+        assert proxy.counts["LIST"] == 0
+        row = row_of(grown, THRESHOLDS, at_ms=AT)
+        assert row["head_batch_id"] == 30 and row["findings"] == 0 and row["error"] is None
+    finally:
+        proxy.close()
