@@ -123,10 +123,7 @@ def local(args: argparse.Namespace, folder: Path) -> None:
     subprocess.run([airflow, "db", "migrate"], env=env, check=True, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL)
     with api_server(env, folder / "api-server.log") as base:
-        request = urllib.request.Request(f"{base}/auth/token", data=json.dumps(
-            {"username": "admin", "password": "admin"}).encode(), headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=30) as reply:
-            token = json.loads(reply.read())["access_token"]
+        token = _token(base)
         url = f"{base}/watermark-ops/api/checkpoints"
         idle = [_health(base) for _ in range(20)]
         first, body = _get(url, token)
@@ -136,44 +133,65 @@ def local(args: argparse.Namespace, folder: Path) -> None:
         for c in checkpoints[:10]:
             _append_batch(c)
         grown = _get(url, token)[0]
+        print(f"  overview_max_age 0 (every view looks for changes):")
         print(f"  overview JSON, first view:           {first:8.2f} s  ({document['total']} rows, "
               f"{document['problems']} problems, page of {len(document['checkpoints'])})")
         print(f"  repeat view, no new batch (median):  {statistics.median(repeats):8.2f} s  "
               f"(first / repeat {first / statistics.median(repeats):.0f}x)")
         print(f"  overview page (HTML), repeat:        {html:8.2f} s")
         print(f"  after one new batch in 10 of them:   {grown:8.2f} s")
-        latencies: list[float] = []
-        health: list[float] = []
-        done = threading.Event()
-        lock = threading.Lock()
+        _concurrent(args, base, url, token, idle)
+    env.pop("AIRFLOW__WATERMARK_OPS__OVERVIEW_MAX_AGE")
+    with api_server(env, folder / "api-server-2.log") as base:
+        token = _token(base)
+        url = f"{base}/watermark-ops/api/checkpoints"
+        idle = [_health(base) for _ in range(20)]
+        first = _get(url, token)[0]
+        print(f"  overview_max_age default (10 s): first view {first:.2f} s, then")
+        _concurrent(args, base, url, token, idle)
 
-        def viewer() -> None:
-            for _ in range(args.rounds):
-                seconds = _get(url, token)[0]
-                with lock:
-                    latencies.append(seconds)
 
-        def checker() -> None:
-            while not done.is_set():
-                health.append(_health(base))
-                time.sleep(0.05)
+def _token(base: str) -> str:
+    request = urllib.request.Request(f"{base}/auth/token", data=json.dumps(
+        {"username": "admin", "password": "admin"}).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as reply:
+        return json.loads(reply.read())["access_token"]
 
-        probe = threading.Thread(target=checker)
-        probe.start()
-        started = time.monotonic()
-        threads = [threading.Thread(target=viewer) for _ in range(args.viewers)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        wall = time.monotonic() - started
-        done.set()
-        probe.join()
-        print(f"  {args.viewers} concurrent viewers x {args.rounds} views: p50 {_percentile(latencies, .5):.2f} s, "
-              f"p95 {_percentile(latencies, .95):.2f} s, {len(latencies) / wall:.1f} views/s")
-        print(f"  health check meanwhile: p50 {1000 * _percentile(health, .5):.0f} ms, p95 "
-              f"{1000 * _percentile(health, .95):.0f} ms, max {1000 * max(health):.0f} ms "
-              f"(idle: p50 {1000 * _percentile(idle, .5):.0f} ms, max {1000 * max(idle):.0f} ms; {len(health)} checks)")
+
+def _concurrent(args: argparse.Namespace, base: str, url: str, token: str, idle: list[float]) -> None:
+    """``--viewers`` threads, ``--rounds`` views each, and the health check every 50 ms meanwhile."""
+    latencies: list[float] = []
+    health: list[float] = []
+    done = threading.Event()
+    lock = threading.Lock()
+
+    def viewer() -> None:
+        for _ in range(args.rounds):
+            seconds = _get(url, token)[0]
+            with lock:
+                latencies.append(seconds)
+
+    def checker() -> None:
+        while not done.is_set():
+            health.append(_health(base))
+            time.sleep(0.05)
+
+    probe = threading.Thread(target=checker)
+    probe.start()
+    started = time.monotonic()
+    threads = [threading.Thread(target=viewer) for _ in range(args.viewers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wall = time.monotonic() - started
+    done.set()
+    probe.join()
+    print(f"  {args.viewers} concurrent viewers x {args.rounds} views: p50 {_percentile(latencies, .5):.2f} s, "
+          f"p95 {_percentile(latencies, .95):.2f} s, {len(latencies) / wall:.1f} views/s")
+    print(f"  health check meanwhile: p50 {1000 * _percentile(health, .5):.0f} ms, p95 "
+          f"{1000 * _percentile(health, .95):.0f} ms, max {1000 * max(health):.0f} ms "
+          f"(idle: p50 {1000 * _percentile(idle, .5):.0f} ms, max {1000 * max(idle):.0f} ms; {len(health)} checks)")
 
 
 # --------------------------------------------------------------------------------------------

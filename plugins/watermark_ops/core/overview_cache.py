@@ -13,8 +13,8 @@ checkpoint (keyed by its location; a change of query id, a rewind or a gap start
   evaluation instant without reading anything.
 
 At the next view (:func:`advance`) it reads ``metadata`` (the query id) and probes
-``offsets/<head+1>`` by name: with no new batch that is two requests and no batch file, whatever
-the history. New batches are read by name (offsets and commits, in growing rounds) and audited
+``offsets/<head+1>`` by name: with no new batch that is two GETs and no batch file, whatever
+the history, and a check that ``offsets/<head>`` still exists (a stat, or one HEAD request). New batches are read by name (offsets and commits, in growing rounds) and audited
 together with the boundary batch; their findings are added to the remembered ones. A first view,
 a changed query id (the checkpoint was replaced), a head whose files went away (rewind) or a
 missing checkpoint reads the whole checkpoint (as :func:`watermark_ops.core.overview.overview_row`).
@@ -280,9 +280,9 @@ def _follow(memory: RowMemory, filesystem: Any, storage_options: dict[str, Any] 
     """Read ``metadata`` and what came after the remembered head, by name (no listing).
 
     One concurrent round: ``metadata``, ``offsets/<head+1>`` and, for an in-flight head, its
-    ``commits/<head>`` (its offsets are remembered; that they still exist is checked without
-    reading them). Then new batches in growing rounds (offsets and commits) until an offsets file
-    is missing.
+    ``commits/<head>``; then that the head's ``offsets/<head>`` still exists (a stat or HEAD: its
+    content is remembered, not read again). Then new batches in growing rounds (offsets and
+    commits) until an offsets file is missing.
 
     :return: ``(query id, the batches above the boundary, ascending (the in-flight head again,
         with its commit if it landed; then the new ones), their problems, requests made)``, or
@@ -319,11 +319,15 @@ def _follow(memory: RowMemory, filesystem: Any, storage_options: dict[str, Any] 
     if query_id != memory.query_id:
         return None
     batches: list[Batch] = []
+    stat_fs = filesystem if filesystem is not None else getattr(storage, "fs", None)
+    if head is not None and not any(b.batch_id == head for b in pending):
+        requests += 1
+        if not _exists(f"{root}/offsets/{head}", stat_fs):
+            return None  # the remembered head's offsets went away: rewound (an old copy restored)
     for batch in pending:
         if batch.offsets_file is not None:
             requests += 1
-            if not _exists(f"{root}/offsets/{batch.batch_id}", filesystem if filesystem is not None
-                           else getattr(storage, "fs", None)):
+            if not _exists(f"{root}/offsets/{batch.batch_id}", stat_fs):
                 return None  # the in-flight head's offsets went away: rewound
         if not batch.committed:
             commit_path = f"{root}/commits/{batch.batch_id}"

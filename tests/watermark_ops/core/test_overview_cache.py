@@ -86,7 +86,7 @@ def test_a_repeat_view_reads_no_batch_file_and_new_batches_are_read_by_name(tmp_
     fs.reset()
     again = advance(str(root), memory, newest=NEWEST, filesystem=fs)
     assert fs.counts == {"get": 1, "missing": 1, "list": 0, "batch_files": 0}  # metadata + offsets/300 probed
-    assert again.reads == {"mode": "incremental", "batch_files": 0, "requests": 2}
+    assert again.reads == {"mode": "incremental", "batch_files": 0, "requests": 3}
     assert row_of(again, THRESHOLDS, at_ms=AT) == row_of(memory, THRESHOLDS, at_ms=AT)
 
     _add(root, 300, _chain(20, 300))
@@ -139,6 +139,14 @@ def test_a_new_query_id_or_a_rewind_reads_everything_again(tmp_path):
     replaced = advance(str(root), memory, newest=NEWEST)
     assert replaced.reads["mode"] == "full" and replaced.query_id.endswith("ff")
     assert _same_as_whole_read(replaced, str(root))["head_batch_id"] == 2
+    # Rewound: the committed head's files deleted (an older copy restored).
+    (root / "offsets" / "2").unlink()
+    (root / "commits" / "2").unlink()
+    older = advance(str(root), replaced, newest=NEWEST)
+    assert older.reads["mode"] == "full" and older.window.head_batch_id == 1
+    _add(root, 2, _chain(1, 2))
+    replaced = advance(str(root), older, newest=NEWEST)
+    assert replaced.reads["mode"] == "incremental" and replaced.window.head_batch_id == 2
     # Rewound: the in-flight head's offsets file deleted.
     _add(root, 3, [(BASE + 3 * MINUTE, None)])
     grown = advance(str(root), replaced, newest=NEWEST)
@@ -256,7 +264,8 @@ def test_on_a_real_s3_api_a_repeat_view_is_two_gets_and_a_new_batch_is_seen(s3_s
         assert proxy.counts["LIST"] >= 1
         proxy.reset()
         again = advance("s3://overview-cache/cp", memory, newest=NEWEST, filesystem=fs)
-        assert dict(proxy.counts) == {"GET": 2} and again.reads["batch_files"] == 0
+        # metadata and offsets/30 read (the latter missing), offsets/29 still there (HEAD): no LIST
+        assert dict(proxy.counts) == {"GET": 2, "HEAD": 1} and again.reads["batch_files"] == 0
         direct.pipe({"overview-cache/cp/offsets/30": cf.offsets_text(BASE + 30 * MINUTE, 1_700_000_000_000 + 30 * MINUTE,
                                                                      sources=[{"logOffset": 30}]).encode(),
                      "overview-cache/cp/commits/30": cf.commit_text(BASE + 31 * MINUTE).encode()})
