@@ -21,8 +21,9 @@ missing checkpoint reads the whole checkpoint (as :func:`watermark_ops.core.over
 
 :class:`SharedOverview` evaluates every known checkpoint once per refresh, concurrently with a
 bound, for every viewer at once (single flight: a viewer arriving while a refresh runs waits for
-it instead of starting another), and serves that evaluation to the views within ``max_age``
-seconds. Its rows are the same for everyone; a face filters them per user afterwards.
+it instead of starting another), serves that evaluation to the views within ``max_age`` seconds,
+and then, up to ``max_stale``, serves it at once while one refresh runs in the background. Its
+rows are the same for everyone; a face filters them per user afterwards.
 
 Pure core: imports neither Airflow nor Spark; times are epoch milliseconds UTC.
 """
@@ -43,7 +44,8 @@ from watermark_ops.core.rules import ERROR, INFO, WARNING, Finding
 from watermark_ops.core.thresholds import Thresholds
 from watermark_ops.core.times import now_ms
 
-__all__ = ["MAX_CONCURRENT_ROWS", "RowMemory", "SharedOverview", "advance", "row_of"]
+__all__ = ["MAX_CONCURRENT_ROWS", "STALE_FACTOR", "Evaluation", "Job", "RowMemory", "SharedOverview", "advance",
+           "row_of"]
 
 #: Checkpoints evaluated at once by :class:`SharedOverview` (threads; each one's reads are
 #: themselves concurrent on an async filesystem, bounded by the core's reader).
@@ -51,6 +53,9 @@ MAX_CONCURRENT_ROWS = 16
 #: The first probe round reads ``offsets/<head+1>`` alone; then rounds of this many ids and more.
 _FIRST_ROUND = 8
 _ORDER = {ERROR: 0, WARNING: 1, INFO: 2}
+#: An evaluation older than ``max_age`` is still served, while a background refresh runs, until
+#: it is this many times ``max_age`` old (:class:`SharedOverview`).
+STALE_FACTOR = 6
 #: The progress-log problems a memory keeps (the newest).
 _PROBLEMS_KEPT = 50
 
@@ -535,15 +540,25 @@ class Evaluation:
 class SharedOverview:
     """Every viewer's overview from one evaluation (see the module docstring).
 
-    :param max_age: seconds an evaluation serves later views (0: every view refreshes, still
-        sharing a refresh already running).
+    An evaluation younger than ``max_age`` seconds is served as is. One older than that but
+    younger than ``max_stale`` is served at once too, while a refresh runs in the background
+    (one at a time): a viewer never waits for the checkpoints to be read once there is an
+    evaluation, and the page says when its rows were read. Older, or for other jobs (the
+    configuration changed), the viewer waits for a refresh, shared with every viewer arriving
+    meanwhile (single flight).
+
+    :param max_age: seconds an evaluation is served as is (0: every view waits for a refresh,
+        still sharing one already running).
+    :param max_stale: seconds an evaluation is served while a background refresh runs (default
+        :data:`STALE_FACTOR` × ``max_age``; at most ``max_age`` disables the background refresh).
     :param workers: checkpoints evaluated at once (:data:`MAX_CONCURRENT_ROWS`).
     :param failed_row: ``(job, exception) -> row`` for a checkpoint whose read raised.
     """
 
-    def __init__(self, *, max_age: float = 0.0, workers: int = MAX_CONCURRENT_ROWS,
+    def __init__(self, *, max_age: float = 0.0, max_stale: float | None = None, workers: int = MAX_CONCURRENT_ROWS,
                  failed_row: Callable[[Job, Exception], dict[str, Any]] | None = None):
         self.max_age = max_age
+        self.max_stale = max_stale
         self.workers = workers
         self._failed_row = failed_row
         self._lock = threading.Lock()
@@ -551,39 +566,58 @@ class SharedOverview:
         self._last: tuple[frozenset, float, Evaluation] | None = None
         self._running: tuple[frozenset, Future] | None = None
         self.refreshes = 0
+        self.background_refreshes = 0
 
-    def evaluate(self, jobs: Sequence[Job], *, max_age: float | None = None) -> Evaluation:
-        """The rows of ``jobs``: the last evaluation when it covers the same jobs and is younger
-        than ``max_age`` seconds, else the running refresh of the same jobs, else a new one (run by
-        this caller's thread, the others wait for it).
+    def evaluate(self, jobs: Sequence[Job], *, max_age: float | None = None,
+                 max_stale: float | None = None) -> Evaluation:
+        """The rows of ``jobs`` (see the class docstring for which evaluation is served).
 
-        :raises Exception: whatever a refresh raised outside a row (each row's own failure is a row).
+        :param max_age: / max_stale: this call's limits (default the instance's).
+        :raises Exception: whatever a refresh this caller waited for raised outside a row (each
+            row's own failure is a row).
         """
         age = self.max_age if max_age is None else max_age
+        stale = max_stale if max_stale is not None else (
+            self.max_stale if self.max_stale is not None else STALE_FACTOR * age)
         keys = frozenset((job.key, job.location, job.thresholds, job.missing_ok) for job in jobs)
         with self._lock:
-            if self._last is not None and self._last[0] == keys and time.monotonic() - self._last[1] <= age:
-                return self._last[2]
-            if self._running is not None and self._running[0] == keys:
-                future = self._running[1]
-                leader = False
+            last = self._last if self._last is not None and self._last[0] == keys else None
+            elapsed = time.monotonic() - last[1] if last is not None else None
+            if last is not None and elapsed <= age:
+                return last[2]
+            running = self._running if self._running is not None and self._running[0] == keys else None
+            if last is not None and elapsed <= stale:
+                if running is None and self._running is None:
+                    future: Future = Future()
+                    self._running = (keys, future)
+                    threading.Thread(target=self._lead, args=(keys, list(jobs), future, True), daemon=True,
+                                     name="watermark-ops-overview-refresh").start()
+                return last[2]
+            if running is not None:
+                future, leader = running[1], False
             else:
-                future = Future()
+                future, leader = Future(), True
                 self._running = (keys, future)
-                leader = True
         if not leader:
             return future.result()
+        return self._lead(keys, jobs, future, False)
+
+    def _lead(self, keys: frozenset, jobs: Sequence[Job], future: Future, background: bool) -> Evaluation | None:
+        """Run one refresh and hand its result to everyone waiting for ``future``."""
         try:
             evaluation = self._refresh(jobs)
         except BaseException as exc:
             with self._lock:
                 self._running = None
             future.set_exception(exc)
+            if background:
+                return None  # the next view waits for a refresh of its own and sees the error
             raise
         with self._lock:
             self._last = (keys, time.monotonic(), evaluation)
             self._running = None
             self.refreshes += 1
+            self.background_refreshes += int(background)
         future.set_result(evaluation)
         return evaluation
 

@@ -277,3 +277,16 @@ def test_on_a_real_s3_api_a_repeat_view_is_two_gets_and_a_new_batch_is_seen(s3_s
         assert row["head_batch_id"] == 30 and row["findings"] == 0 and row["error"] is None
     finally:
         proxy.close()
+
+
+def test_a_stale_evaluation_is_served_at_once_while_one_refresh_runs_in_the_background(tmp_path):
+    root = tmp_path / "cp"
+    cf.handmade_checkpoint(str(root), _chain(3))
+    shared = SharedOverview(max_age=0, max_stale=3600)
+    jobs = [Job("cp", str(root), THRESHOLDS)]
+    first = shared.evaluate(jobs)
+    _add(root, 3, _chain(1, 3))
+    assert shared.evaluate(jobs) is first  # served at once; a refresh started behind it
+    fresh = shared.evaluate(jobs, max_stale=0)  # too old for this caller: waits for a refresh (the running one)
+    assert fresh.rows["cp"]["head_batch_id"] == 3 and fresh is not first
+    assert shared.refreshes >= 2 and shared.background_refreshes >= 1
