@@ -51,6 +51,7 @@ screenshot: venv
 # January, then all of 2013 per state store (about 20 minutes).
 bench: venv
 	$(PY) benchmarks/audit_benchmark.py
+	$(PY) benchmarks/poke_benchmark.py
 	$(PY) benchmarks/ui_benchmark.py
 	$(PY) benchmarks/overview_benchmark.py
 	$(PY) benchmarks/dag_import_benchmark.py

@@ -15,6 +15,11 @@ America/New_York midnights (pendulum), so 2013-03-10 is a 23-hour interval and 2
 25-hour one. The Spark connection is ``spark_default`` (``local[2]`` when set from the environment
 as JSON: ``{"conn_type":"spark","host":"local[2]","extra":{"deploy-mode":"client"}}``).
 
+``WATERMARK_OPS_SPARK_LAUNCH`` picks how the Spark job runs (read at parse time): ``submit``
+(default, spark-submit: a Spark application per run) or ``connect`` (a thin client on the
+long-lived Spark Connect server of the ``spark_connect_default`` connection; ``make up`` and
+``make run`` start one).
+
 ``WATERMARK_OPS_PIPELINE_END`` (an ISO date, default 2013-12-31) ends the catch-up earlier: the
 end-to-end test on the real deployment unpauses the DAG with three days to run.
 
@@ -43,6 +48,7 @@ FLIGHT_WINDOWS_COMPLETE = Asset(name="flight_windows_complete", uri="file://" + 
 # extra["partitions"][day]: windows, departures, late_rows). flights_daily_report schedules on it.
 FLIGHT_WINDOWS_DAYS = Asset(name=DAY_ASSET_NAME, uri=day_asset_uri(LOCATIONS["output"]))
 START = pendulum.datetime(2013, 1, 1, tz="America/New_York")
+LAUNCH = os.environ.get("WATERMARK_OPS_SPARK_LAUNCH", "submit")
 
 
 @dag(
@@ -116,10 +122,10 @@ def flights_pipeline():
         ],
         spark_trigger="{{ params.spark_trigger }}",
         max_files_per_trigger="{{ params.max_files_per_trigger }}",
-        conf={
-            "spark.sql.shuffle.partitions": "{{ params.shuffle_partitions }}",
-            "spark.ui.showConsoleProgress": "false",
-        },
+        launch=LAUNCH,
+        # Over Connect only session (SQL) confs can be set; the server's own are set where it starts.
+        conf={"spark.sql.shuffle.partitions": "{{ params.shuffle_partitions }}",
+              **({"spark.ui.showConsoleProgress": "false"} if LAUNCH == "submit" else {})},
         env_vars=spark_submit_env(),
         late_sink=LOCATIONS["output"].rstrip("/") + "_late",
         lateness=False,  # the delay-threshold advice reads every landed file: `watermark-ops lateness` on demand

@@ -1,22 +1,30 @@
 """watermark_monitor: every 5 minutes, classify the watermark of every known checkpoint; alert on alarms.
 
-``checkpoints`` lists them at run time (not when the DAG file is parsed), with no configuration:
-every checkpoint a watermark-ops task of any DAG touched registered itself in Airflow's asset state
-store (:mod:`watermark_ops.airflow.registry`), plus the explicit entries of ``[watermark_ops]
-checkpoints`` / ``monitor_config`` for checkpoints no DAG touches, or to give thresholds (format:
-:mod:`watermark_ops.airflow.config`; this repository's example sets ``monitor_config`` to
-``dags/watermark_monitor.json``). ``watch`` is one mapped ``WatermarkStallSensor`` per
-checkpoint (its map index is named by the checkpoint): one evaluation each (``timeout`` 0: the
-monitor's schedule is the re-evaluation), success while healthy (``advancing``, or ``idle``
-within ``max_idle``), failure on ``stalled``, ``lagging``, ``jumped`` or idle too long, with the
-classification and its evidence in XCom. A failure posts a JSON alert through
-``WatermarkWebhookNotifier`` to the connection ``watermark_ops_webhook``; a missing checkpoint
-with ``missing_ok`` (every registered one unless configured otherwise) is skipped.
+Two tasks per cycle, whatever the number of checkpoints (:mod:`watermark_ops.airflow.monitor`):
+
+* ``watch`` lists the known checkpoints at run time (not when the DAG file is parsed), with no
+  configuration: every checkpoint a watermark-ops task of any DAG touched registered itself in
+  Airflow's asset state store (:mod:`watermark_ops.airflow.registry`, this task's inlet), plus the
+  explicit entries of ``[watermark_ops] checkpoints`` / ``monitor_config`` for checkpoints no DAG
+  touches, or to give thresholds, a ``conn_id`` (format: :mod:`watermark_ops.airflow.config`; this
+  repository's example sets ``monitor_config`` to ``dags/watermark_monitor.json``). It evaluates
+  them all concurrently in one task instance (a bounded thread pool; each checkpoint through its
+  own connection): the alarms in full are its return value, the counts per state its XCom
+  ``summary``. Healthy:
+  ``advancing``, or ``idle`` within ``max_idle``; alarm: ``stalled``, ``lagging``, ``jumped``, idle
+  too long, or a checkpoint that cannot be read (an alarm of its own, never hiding the others). A
+  missing checkpoint with ``missing_ok`` (every registered one unless configured otherwise) is
+  counted as ``missing`` and skipped.
+* ``alarm`` is mapped over the alarms only: one task instance per alarm, named by its checkpoint
+  (the map index), failing with the classification and posting a JSON alert through
+  ``WatermarkWebhookNotifier`` to the connection ``watermark_ops_webhook``. No alarm: one skipped
+  task instance.
 
 A run that overruns its 5-minute slot (storage hanging) raises a ``DeadlineAlert`` through the
-same notifier. ``max_active_runs=1`` and ``catchup=False``: a monitor has nothing to catch up.
+same notifier; a ``watch`` that fails (a bad configuration) alerts through it too.
+``max_active_runs=1`` and ``catchup=False``: a monitor has nothing to catch up.
 
-Cheap to parse: no pyspark, no file I/O at module level.
+Cheap to parse: no pyspark, no file I/O and no watermark_ops.core import at module level.
 """
 
 from __future__ import annotations
@@ -35,8 +43,7 @@ from airflow.sdk import (
 )
 
 from watermark_ops.airflow.notifiers import WatermarkWebhookNotifier
-from watermark_ops.airflow.registry import CHECKPOINT_REGISTRY, monitor_checkpoints
-from watermark_ops.airflow.sensors import WatermarkStallSensor
+from watermark_ops.airflow.registry import CHECKPOINT_REGISTRY
 
 
 @dag(
@@ -55,20 +62,21 @@ from watermark_ops.airflow.sensors import WatermarkStallSensor
     doc_md=__doc__,
 )
 def watermark_monitor():
-    @task(inlets=[CHECKPOINT_REGISTRY])
-    def checkpoints() -> list[dict]:
-        """The known checkpoints now (at run time): the registry (an inlet) and the configuration."""
-        return monitor_checkpoints(get_current_context())
+    @task(inlets=[CHECKPOINT_REGISTRY], on_failure_callback=WatermarkWebhookNotifier())
+    def watch() -> list[dict]:
+        """Every known checkpoint evaluated in this one task; returns the alarms, pushes the summary."""
+        from watermark_ops.airflow.monitor import watch_cycle
 
-    WatermarkStallSensor.partial(
-        task_id="watch",
-        timeout=0,
-        mode="reschedule",
-        poke_interval=60,
-        on_failure_callback=WatermarkWebhookNotifier(),
-        map_index_template="{{ task.checkpoint }}",
-        inlets=[CHECKPOINT_REGISTRY],  # a mapped task's inlets come from partial(): its registration
-    ).expand_kwargs(checkpoints())
+        return watch_cycle(get_current_context())
+
+    @task(on_failure_callback=WatermarkWebhookNotifier(), map_index_template="{{ checkpoint }}")
+    def alarm(alarm: dict) -> None:
+        """One alarm: named by its checkpoint, fails, and the notifier posts it."""
+        from watermark_ops.airflow.monitor import raise_alarm
+
+        raise_alarm(get_current_context(), alarm)
+
+    alarm.expand(alarm=watch())
 
 
 watermark_monitor()

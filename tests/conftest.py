@@ -98,3 +98,19 @@ def aws_conn_id(s3_server):
     os.environ["AIRFLOW_CONN_WATERMARK_S3"] = aws_connection(s3_server.endpoint_url)
     yield "watermark_s3"
     os.environ.pop("AIRFLOW_CONN_WATERMARK_S3", None)
+
+
+@pytest.fixture(scope="session")
+def connect_server():
+    """A real Spark Connect server (``local[2]``, 127.0.0.1, a free port, 2 shuffle partitions) for
+    this test session, and the Airflow connection ``spark_connect_default`` to it (from the
+    environment); stopped by its PID at the end (:func:`watermark_ops.spark.connect.start_connect_server`)."""
+    from watermark_ops.spark.connect import start_connect_server
+
+    server = start_connect_server(_SESSION_TMP / "spark-connect.log",
+                                  conf={"spark.sql.shuffle.partitions": "2"})
+    os.environ["AIRFLOW_CONN_SPARK_CONNECT_DEFAULT"] = json.dumps(
+        {"conn_type": "spark_connect", "host": server.host, "port": server.port})
+    yield server
+    os.environ.pop("AIRFLOW_CONN_SPARK_CONNECT_DEFAULT", None)
+    server.stop()

@@ -437,3 +437,21 @@ def test_the_plugin_is_loaded_once_from_the_images_editable_install(services):
         env = _env(services[name])
         targets = {t: s for s, t in _mounts(services[name])}
         assert targets[env["AIRFLOW__CORE__PLUGINS_FOLDER"]] == "./plugins", name
+
+
+def test_spark_connect_default_resolves_to_the_connect_service(services, monkeypatch):
+    """The Connect server runs the package's launcher on the master, one core, on the port the
+    connection names; the scheduler (where the client runs) waits for it."""
+    raw = _env(services["airflow-scheduler"])["AIRFLOW_CONN_SPARK_CONNECT_DEFAULT"]
+    from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_CONNECT_DEFAULT", raw)
+    assert SparkConnectHook().get_connection_url() == "sc://spark-connect:15002/"
+    connect = services["spark-connect"]
+    command = _command(connect)
+    assert command[:3] == ["python", "-m", "watermark_ops.spark.connect"]
+    assert command[command.index("--port") + 1] == "15002" and "15002" in " ".join(connect["healthcheck"]["test"])
+    assert command[command.index("--master") + 1] == "spark://spark-master:7077"
+    assert "spark.cores.max=1" in command  # a spark-submit run still finds a free worker
+    assert "spark-connect" in services["airflow-scheduler"]["depends_on"]
+    assert _env(services["airflow-scheduler"])["WATERMARK_OPS_SPARK_LAUNCH"] == "connect"

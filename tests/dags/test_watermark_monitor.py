@@ -1,5 +1,6 @@
 """watermark_monitor: parses cheaply, lists its checkpoints at run time (the registry plus the
-configuration), one mapped sensor per checkpoint, alerts delivered to a real HTTP server on 127.0.0.1."""
+configuration), evaluates them all in one task, maps only the alarms, alerts delivered to a real
+HTTP server on 127.0.0.1. The same over 200 checkpoints: tests/dags/test_watermark_monitor_many.py."""
 
 from __future__ import annotations
 
@@ -31,12 +32,14 @@ def test_parses_without_reading_the_config(monkeypatch, tmp_path):
     assert dag.timetable.expression == "*/5 * * * *"
     assert dag.max_active_runs == 1 and dag.catchup is False
     assert dag.deadline is not None
-    watch = dag.get_task("watch")
-    assert watch.upstream_task_ids == {"checkpoints"}
-    assert watch.partial_kwargs["timeout"] == 0
+    assert set(dag.task_dict) == {"watch", "alarm"}  # two tasks, whatever the number of checkpoints
+    watch, alarm = dag.get_task("watch"), dag.get_task("alarm")
+    assert watch.upstream_task_ids == set() and alarm.upstream_task_ids == {"watch"}
+    assert alarm.partial_kwargs["map_index_template"] == "{{ checkpoint }}"
+    assert watch.on_failure_callback and alarm.partial_kwargs["on_failure_callback"]
     from watermark_ops.airflow.registry import CHECKPOINT_REGISTRY
 
-    assert dag.get_task("checkpoints").inlets == [CHECKPOINT_REGISTRY]
+    assert watch.inlets == [CHECKPOINT_REGISTRY]
 
 
 def test_the_examples_config_gives_its_jobs_thresholds_and_landings(monkeypatch, tmp_path):
@@ -103,18 +106,25 @@ def test_one_run_checks_every_checkpoint_and_alerts_on_alarms(airflow_db, spark,
         run = _bag().dags["watermark_monitor"].test()
         alerts = sorted((r["body"] for r in server.requests), key=lambda a: a["map_index"])
     with create_session() as session:
-        tis = {ti.map_index: ti for ti in run.get_task_instances(session=session) if ti.task_id == "watch"}
-        names = {i: ti.rendered_map_index for i, ti in tis.items()}
-        states = {i: str(ti.state) for i, ti in tis.items()}
-    assert names == {0: healthy, 1: stalled, 2: missing, 3: pipeline}  # one mapped task per checkpoint
-    assert states == {0: "success", 1: "failed", 2: "skipped", 3: "failed"}
+        tis = {(ti.task_id, ti.map_index): ti for ti in run.get_task_instances(session=session)}
+        names = {k: ti.rendered_map_index for k, ti in tis.items() if k[0] == "alarm"}
+        states = {k: str(ti.state) for k, ti in tis.items()}
+    # One task for the four checkpoints, one mapped task per alarm, named by its checkpoint.
+    assert states == {("watch", -1): "success", ("alarm", 0): "failed", ("alarm", 1): "failed"}
+    assert names == {("alarm", 0): stalled, ("alarm", 1): pipeline}
     assert str(run.state) == "failed"
     assert [(a["map_index"], a["checkpoint"], a["state"], a["event"]) for a in alerts] == [
-        (1, stalled, "stalled", "task_failure"), (3, pipeline, "lagging", "task_failure")]
-    assert all(a["dag_id"] == "watermark_monitor" and a["task_id"] == "watch" and a["run_id"] == run.run_id
+        (0, stalled, "stalled", "task_failure"), (1, pipeline, "lagging", "task_failure")]
+    assert all(a["dag_id"] == "watermark_monitor" and a["task_id"] == "alarm" and a["run_id"] == run.run_id
                for a in alerts)
     assert alerts[1]["lag_ms"] > 10 * 365 * 24 * 3600 * 1000
+    assert alerts[0]["hints"][0].startswith("input(s) 1 got no data")
     values = sf.xcoms(run)
-    assert values[("watch", 0, "return_value")]["outcome"] == "done"
-    assert values[("watch", 1, "return_value")]["hints"][0].startswith("input(s) 1 got no data")
-    assert values[("watch", 2, "return_value")]["outcome"] == "skip"
+    alarms = values[("watch", -1, "return_value")]
+    assert [(a["location"], a["state"], a["outcome"]) for a in alarms] == [
+        (stalled, "stalled", "fail"), (pipeline, "lagging", "fail")]
+    summary = values[("watch", -1, "summary")]
+    assert summary["checkpoints"] == 4 and summary["alarm_count"] == 2 and summary["alarms"] == [stalled, pipeline]
+    counts = dict(summary["counts"])
+    assert (counts.pop("stalled"), counts.pop("lagging"), counts.pop("missing")) == (1, 1, 1)
+    assert list(counts.values()) == [1] and set(counts) <= {"advancing", "idle"}  # the healthy one

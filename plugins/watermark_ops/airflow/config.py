@@ -3,8 +3,11 @@
 Every option is optional: the checkpoints DAG tasks touch register themselves
 (:mod:`watermark_ops.airflow.registry`), so a deployment needs no configuration at all.
 
-* ``checkpoint_roots``: JSON object of root name -> local folder. The watermark pages read
-  checkpoints under these folders, plus each registered checkpoint's own folder (exactly that one).
+* ``checkpoint_roots``: JSON object of root name -> local folder or object-store prefix
+  (``"s3://bucket/checkpoints"``), or -> ``{"url": prefix, "conn_id": Airflow connection,
+  "storage_options": {...}}`` to read that prefix through a connection. The watermark pages read
+  checkpoints under these roots (and nothing outside them), plus each registered checkpoint's own
+  folder (exactly that one).
 * ``checkpoints``: checkpoints to know although no DAG task touches them (or to give them
   thresholds, landings, a note): a JSON list of entries, or ``{"defaults": {...}, "checkpoints": [...]}``.
 * ``monitor_config``: the path of a JSON file of the same form (read at every use).
@@ -51,10 +54,11 @@ def _option(name: str) -> str:
 
 
 def configured_roots() -> CheckpointRoots:
-    """``[watermark_ops] checkpoint_roots`` (JSON ``{name: folder}``); none when unset.
+    """``[watermark_ops] checkpoint_roots`` (JSON ``{name: folder or URL prefix}``, a value may be
+    ``{"url", "conn_id", "storage_options"}``); none when unset.
 
-    :raises ValueError: naming the option, for JSON that is not an object of strings, or a bad
-        root (:meth:`CheckpointRoots.of`).
+    :raises ValueError: naming the option, for JSON that is not an object of strings or such
+        objects, or a bad root (:meth:`CheckpointRoots.of`).
     """
     text = _option("checkpoint_roots")
     if not text:
@@ -63,9 +67,13 @@ def configured_roots() -> CheckpointRoots:
         roots = json.loads(text)
     except ValueError as exc:
         raise ValueError(f"[{SECTION}] checkpoint_roots: expected a JSON object of name -> folder: {exc}") from exc
-    if not isinstance(roots, dict) or not all(isinstance(v, str) for v in roots.values()):
-        raise ValueError(f"[{SECTION}] checkpoint_roots: expected a JSON object of name -> folder, got {text!r}")
-    return CheckpointRoots.of(roots)
+    if not isinstance(roots, dict) or not all(isinstance(v, (str, dict)) for v in roots.values()):
+        raise ValueError(f"[{SECTION}] checkpoint_roots: expected a JSON object of name -> folder, URL or "
+                         f"{{\"url\", \"conn_id\", \"storage_options\"}}, got {text!r}")
+    try:
+        return CheckpointRoots.of(roots)
+    except ValueError as exc:
+        raise ValueError(f"[{SECTION}] checkpoint_roots: {exc}") from exc
 
 
 def configured_checkpoints() -> list[dict[str, Any]]:

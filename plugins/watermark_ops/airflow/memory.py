@@ -10,7 +10,9 @@ uses it; the terminal keeps the same heads in a state file
 What watermark-ops keeps in the asset state store per checkpoint (:func:`checkpoint_memory_keys`):
 the audit's remembered head (``watermark_audit:<location>``) and the announced partitions of
 :class:`watermark_ops.airflow.partitions.WatermarkPartitionsOperator`
-(``watermark_partitions:<grain>:<location>``). When a checkpoint is deleted on purpose together
+(``watermark_partitions:<grain>:<location>``), and the sensors' remembered tail
+(``watermark_tail:<location>``, :class:`TailMemory`: the newest batches the last poke read, so the
+next poke fetches only newer files by name instead of listing the logs). When a checkpoint is deleted on purpose together
 with everything it produced (a fresh start, as ``make run`` does), :func:`forget_checkpoints`
 deletes those entries from the metadata DB, so the next audit starts a new memory instead of
 reporting ``checkpoint_reset``::
@@ -31,11 +33,14 @@ from typing import Any, Iterable
 from watermark_ops.core.memory import RememberedHead, memory_key
 from watermark_ops.core.partitions import GRAINS
 
-__all__ = ["AUDIT_KEY_PREFIX", "AssetStateStoreMemory", "MAX_KEY_LENGTH", "checkpoint_memory_keys",
-           "forget_checkpoints", "partitions_key_prefix", "state_store_key"]
+__all__ = ["AUDIT_KEY_PREFIX", "AssetStateStoreMemory", "MAX_KEY_LENGTH", "TAIL_KEY_PREFIX", "TailMemory",
+           "checkpoint_memory_keys", "forget_checkpoints", "partitions_key_prefix", "state_store_key"]
 
 #: The prefix of the audit memory's key (``watermark_audit:<location>``).
 AUDIT_KEY_PREFIX = "watermark_audit:"
+
+#: The prefix of the sensors' remembered tail (``watermark_tail:<location>``, :class:`TailMemory`).
+TAIL_KEY_PREFIX = "watermark_tail:"
 
 #: Airflow's ``asset_state_store.key`` column is ``String(512)``.
 MAX_KEY_LENGTH = 512
@@ -57,9 +62,11 @@ def partitions_key_prefix(grain: str) -> str:
 
 def checkpoint_memory_keys(location: str) -> list[str]:
     """Every asset-state-store key watermark-ops keeps for the checkpoint at ``location``: the audit
-    memory's, then the announced partitions' for each grain (``day``, ``hour``)."""
+    memory's, the announced partitions' for each grain (``day``, ``hour``), then the sensors'
+    remembered tail."""
     return [state_store_key(AUDIT_KEY_PREFIX, location),
-            *(state_store_key(partitions_key_prefix(grain), location) for grain in GRAINS)]
+            *(state_store_key(partitions_key_prefix(grain), location) for grain in GRAINS),
+            state_store_key(TAIL_KEY_PREFIX, location)]
 
 
 def forget_checkpoints(locations: Iterable[str]) -> list[dict[str, str]]:
@@ -143,6 +150,68 @@ class AssetStateStoreMemory:
         :raises MemoryFormatError: when the stored value is not a remembered head.
         """
         self.store.set(self.key(location), head.keeping_acceptance(self.load(location)).to_dict())
+
+
+
+def _without_requests(value: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in value.items() if k != "requests"}
+
+
+class TailMemory:
+    """The sensors' remembered tail of a checkpoint (:class:`watermark_ops.core.tail.Tail`), kept in
+    an asset state store under ``watermark_tail:<location>`` between pokes of different processes
+    (``mode="reschedule"``: every poke is a new task run; a new DAG run of the same sensor; the
+    monitor's sensors): with it a poke on an unchanged checkpoint lists nothing and makes the same
+    few requests whatever the history (:func:`watermark_ops.core.checks.check_tail`).
+
+    The tail is only a cache of what the checkpoint holds: a tail that no longer matches (a reset,
+    a purge, another window) is detected by ``follow`` and read again by listing; a malformed value
+    is ignored (logged), never an error. Any task may share it: it describes the files, not a task.
+    Its size is that of ``Tail.to_dict()`` (a few KB for 100 batches).
+
+    :param store: an asset state store accessor (``context["asset_state_store"][asset]``: ``get(key,
+        default=None)`` / ``set(key, value)`` of JSON values).
+    """
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self._saved: dict[str, dict[str, Any]] = {}
+
+    @staticmethod
+    def key(location: str) -> str:
+        """``watermark_tail:<normalised location>`` (its SHA-256 past 512 characters)."""
+        return state_store_key(TAIL_KEY_PREFIX, location)
+
+    def load(self, location: str) -> Any:
+        """The remembered ``Tail`` of ``location``, or None (nothing remembered, or a value that is
+        not a tail: logged as a warning and ignored; the next poke lists)."""
+        import logging
+
+        from watermark_ops.core.tail import Tail
+
+        value = self.store.get(self.key(location), default=None)
+        if not isinstance(value, dict):
+            return None
+        try:
+            tail = Tail.from_dict(value)
+        except Exception as exc:  # a cache: a bad value costs one listing, never the poke
+            logging.getLogger(__name__).warning("remembered tail %s ignored: %r", self.key(location), exc)
+            return None
+        self._saved[location] = _without_requests(value)
+        return tail
+
+    def save(self, location: str, tail: Any) -> bool:
+        """Remember ``tail`` for ``location``: one ``set``, skipped when it equals what this memory
+        loaded or saved last (a poke on an unchanged checkpoint writes nothing).
+
+        :return: True when written.
+        """
+        value = tail.to_dict()
+        if self._saved.get(location) == _without_requests(value):
+            return False
+        self.store.set(self.key(location), value)
+        self._saved[location] = _without_requests(value)
+        return True
 
 
 if __name__ == "__main__":

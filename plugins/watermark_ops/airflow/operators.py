@@ -51,22 +51,29 @@ class WatermarkAuditOperator(BaseOperator):
     it is templated), not as a constant: every reset the task sees while it is set is accepted.
     With no reset to accept (same query id, nothing remembered), it only logs that.
 
-    :param checkpoint: the checkpoint folder, a local path or fsspec URL (templated).
+    :param checkpoint: the checkpoint folder, a local path or fsspec URL (templated), e.g.
+        ``s3://bucket/checkpoints/flight_windows``.
+    :param conn_id: the Airflow connection to read it with (templated), e.g. an ``aws`` connection
+        for ``s3://`` (endpoint, credentials, region): the filesystem behind
+        ``ObjectStoragePath(checkpoint, conn_id=conn_id)``
+        (:func:`watermark_ops.airflow.storage.checkpoint_filesystem`). None: a local path, or a URL
+        read through fsspec with ``storage_options`` and the worker's environment.
     :param memory_asset: the asset whose state store keeps the remembered head (added to the
         task's outlets); default :data:`AUDIT_MEMORY_ASSET`; None audits without memory.
     :param soft: soft mode: never fail on findings, only warn.
-    :param storage_options: fsspec storage options for the checkpoint's filesystem.
+    :param storage_options: with ``conn_id``, the provider's storage options (for S3: botocore
+        ``config_kwargs``, e.g. ``{"max_pool_connections": 64}``); without, fsspec storage options.
     :param table_limit: the newest batches shown in the log table (0: all).
     :param accept_reset: the reason a checkpoint reset seen by this run is accepted (templated);
         None or empty: none is.
     """
 
-    template_fields: Sequence[str] = ("checkpoint", "accept_reset")
+    template_fields: Sequence[str] = ("checkpoint", "accept_reset", "conn_id")
     ui_color = "#e8f4fd"
 
     def __init__(self, *, checkpoint: str, memory_asset: Asset | None = AUDIT_MEMORY_ASSET, soft: bool = False,
                  storage_options: dict[str, Any] | None = None, table_limit: int = DEFAULT_LIMIT,
-                 accept_reset: str | None = None, **kwargs: Any) -> None:
+                 accept_reset: str | None = None, conn_id: str | None = None, **kwargs: Any) -> None:
         if memory_asset is not None:
             outlets = list(kwargs.pop("outlets", None) or [])
             if memory_asset not in outlets:
@@ -80,12 +87,22 @@ class WatermarkAuditOperator(BaseOperator):
         self.storage_options = storage_options
         self.table_limit = table_limit
         self.accept_reset = accept_reset
+        self.conn_id = conn_id
+
+    def _reading(self) -> dict[str, Any]:
+        """``filesystem=`` / ``storage_options=`` for the core: the connection's filesystem when
+        ``conn_id`` is set (:func:`watermark_ops.airflow.storage.checkpoint_filesystem`), else the
+        fsspec options."""
+        from watermark_ops.airflow.storage import checkpoint_filesystem
+
+        fs = checkpoint_filesystem(self.checkpoint, self.conn_id, self.storage_options)
+        return {"filesystem": fs, "storage_options": None if fs is not None else self.storage_options}
 
     def _accept_reset(self, memory: AssetStateStoreMemory, context: Any) -> None:
         """Record the acceptance of the reset to the checkpoint's current query id (see the class docstring)."""
         from watermark_ops.core.checkpoint import read_checkpoint
 
-        query_id = read_checkpoint(self.checkpoint, storage_options=self.storage_options, newest=1).query_id
+        query_id = read_checkpoint(self.checkpoint, **self._reading(), newest=1).query_id
         ti = context["ti"]
         by = f"{ti.dag_id}/{ti.run_id}/{ti.task_id}"
         user = getattr(context.get("dag_run"), "triggering_user_name", None)
@@ -101,14 +118,15 @@ class WatermarkAuditOperator(BaseOperator):
                          acceptance.from_query_id, acceptance.to_query_id, acceptance.describe())
 
     def execute(self, context) -> dict[str, Any]:
-        register_checkpoint(context, self.checkpoint, asset=self.memory_asset)
+        register_checkpoint(context, self.checkpoint, asset=self.memory_asset, conn_id=self.conn_id,
+                            storage_options=self.storage_options)
         memory = None
         if self.memory_asset is not None:
             memory = AssetStateStoreMemory(context["asset_state_store"][self.memory_asset])
         try:
             if memory is not None and self.accept_reset and str(self.accept_reset).strip():
                 self._accept_reset(memory, context)
-            report = run_audit(self.checkpoint, memory, storage_options=self.storage_options)
+            report = run_audit(self.checkpoint, memory, **self._reading())
         except MemoryFormatError as exc:
             raise AirflowFailException(f"audit memory of {self.checkpoint} is malformed: {exc}") from exc
         self.log.info("Watermark audit of %s\n%s", self.checkpoint, audit_report_text(report, limit=self.table_limit))

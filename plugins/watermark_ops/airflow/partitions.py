@@ -87,17 +87,21 @@ class WatermarkPartitionsOperator(BaseOperator):
     :param fail_on_jumped: fail when the watermark jumped ahead of processing time (default True): a
         future-dated record passes every partition end, but on-time rows still to come will be
         dropped, so no partition is proven final.
-    :param storage_options: fsspec storage options for the checkpoint's filesystem.
+    :param conn_id: the Airflow connection to read the checkpoint with (templated), e.g. an ``aws``
+        connection for ``s3://`` (:func:`watermark_ops.airflow.storage.checkpoint_filesystem`); None:
+        a local path, or a URL read through fsspec with ``storage_options`` and the environment.
+    :param storage_options: with ``conn_id``, the provider's storage options; without, fsspec options.
     :raises AirflowFailException: jumped watermark, a malformed memory, a bad ``since``.
     :raises AirflowException: the checkpoint is missing or its head unreadable (retries apply).
     """
 
-    template_fields: Sequence[str] = ("checkpoint", "since")
+    template_fields: Sequence[str] = ("checkpoint", "since", "conn_id")
     ui_color = "#eef6e8"
 
     def __init__(self, *, checkpoint: str, asset: Asset, since: Any, grain: str = "day",
                  timezone: str = DEFAULT_TIMEZONE, partition_facts: Callable[[Partition], dict] | None = None,
-                 fail_on_jumped: bool = True, storage_options: dict[str, Any] | None = None, **kwargs: Any) -> None:
+                 fail_on_jumped: bool = True, storage_options: dict[str, Any] | None = None,
+                 conn_id: str | None = None, **kwargs: Any) -> None:
         if grain not in GRAINS:
             raise ValueError(f"grain must be one of {GRAINS}, got {grain!r}")
         for field in ("outlets", "inlets"):
@@ -115,6 +119,7 @@ class WatermarkPartitionsOperator(BaseOperator):
         self.partition_facts = partition_facts
         self.fail_on_jumped = fail_on_jumped
         self.storage_options = storage_options
+        self.conn_id = conn_id
 
     # -- memory ---------------------------------------------------------------------------------
 
@@ -153,13 +158,18 @@ class WatermarkPartitionsOperator(BaseOperator):
     # -- execute --------------------------------------------------------------------------------
 
     def execute(self, context: Any) -> dict[str, Any]:
-        register_checkpoint(context, self.checkpoint, asset=self.asset)
+        register_checkpoint(context, self.checkpoint, asset=self.asset, conn_id=self.conn_id,
+                            storage_options=self.storage_options)
         try:
             since_ms = instant_ms(self.since)
         except ValueError as exc:
             raise AirflowFailException(f"since of {self.task_id}: {exc}") from exc
         try:
-            c = evaluate(self.checkpoint, Thresholds(max_lag=None), storage_options=self.storage_options)
+            from watermark_ops.airflow.storage import checkpoint_filesystem
+
+            fs = checkpoint_filesystem(self.checkpoint, self.conn_id, self.storage_options)
+            c = evaluate(self.checkpoint, Thresholds(max_lag=None), filesystem=fs,
+                         storage_options=None if fs is not None else self.storage_options)
         except (CheckpointMissing, StallInputError) as exc:
             raise AirflowException(f"cannot read the watermark of {self.checkpoint}: {exc}") from exc
         if c.state == JUMPED and self.fail_on_jumped:

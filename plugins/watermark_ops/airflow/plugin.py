@@ -50,7 +50,7 @@ class PageRoots(CheckpointRoots):
 
         return "registered-" + hashlib.sha256(memory_key(location).encode()).hexdigest()[:12]
 
-    def locate(self, root: str, relative: str) -> str:
+    def locate(self, root: str, relative: str, **kwargs: Any) -> str:
         """As :meth:`CheckpointRoots.locate`; for an exact root only its one folder.
 
         :raises PathRefused: 404 for another path under an exact root, or a folder that is gone.
@@ -63,7 +63,7 @@ class PageRoots(CheckpointRoots):
             if not os.path.isdir(target):
                 raise PathRefused(404, f"no checkpoint folder {relative!r} under root {root!r}")
             return target
-        return super().locate(root, relative)
+        return super().locate(root, relative, **kwargs)
 
     def address(self, location: str) -> tuple[str, str] | None:
         """As :meth:`CheckpointRoots.address`; else the exact root holding exactly ``location``."""
@@ -118,7 +118,7 @@ def page_roots() -> PageRoots:
         if roots.address(location) is None:
             location = os.path.abspath(location.removeprefix("file://"))
             exact[PageRoots.name_for(location)] = location
-    return PageRoots(roots.roots, exact)
+    return PageRoots(roots.roots, exact, access=roots.access)
 
 
 class WatermarkOpsPlugin(AirflowPlugin):

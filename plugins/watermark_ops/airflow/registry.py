@@ -10,8 +10,12 @@ an inlet emits no asset event and schedules nothing). Keys::
 (the location normalised by :func:`watermark_ops.core.memory.memory_key`; past the 512-character
 key column its SHA-256, :func:`watermark_ops.airflow.memory.state_store_key`). A task entry is
 ``{"dag_id", "task_id", "operator", "thresholds": {<threshold>: seconds | count | None} | None,
-"landings": [folder], "late_sink": location | None, "asset": {"name", "uri"} | None}``, one per
-(DAG id, task id), sorted.
+"landings": [folder], "late_sink": location | None, "asset": {"name", "uri"} | None,
+"conn_id": Airflow connection id | None, "storage_options": {...} | None}``, one per (DAG id, task
+id), sorted. ``conn_id`` (and, with it, the provider's ``storage_options``) is how the task reads
+the checkpoint (:func:`watermark_ops.airflow.storage.checkpoint_filesystem`): the monitor and the
+pages read it with the same connection. Storage options given without a connection (raw fsspec
+options, which may hold credentials) are never recorded.
 
 Why the asset state store: it is Airflow's own, reachable from a task through the Task SDK
 (``AssetStateStoreAccessor.get``/``set``, no DB access from workers) and from the api-server
@@ -91,7 +95,8 @@ def threshold_values(thresholds: Any) -> dict[str, Any]:
 
 
 def register_checkpoint(context: Any, checkpoint: str, *, landings: Iterable[str] = (), late_sink: str | None = None,
-                        asset: Asset | None = None, thresholds: Any = None) -> bool:
+                        asset: Asset | None = None, thresholds: Any = None, conn_id: str | None = None,
+                        storage_options: dict[str, Any] | None = None) -> bool:
     """Record that the running task touches ``checkpoint`` (see the module docstring).
 
     :param context: the task's context (``ti``, ``task``, ``asset_state_store`` with the registry).
@@ -101,6 +106,10 @@ def register_checkpoint(context: Any, checkpoint: str, *, landings: Iterable[str
     :param asset: the asset the task uses for it (its memory, completeness or partitions).
     :param thresholds: a ``Thresholds`` that defines its health (a stall sensor's; a sensor waiting
         for a target gives none), or None.
+    :param conn_id: the Airflow connection the task reads the checkpoint with (e.g. an ``aws``
+        connection for ``s3://``), or None (local, or the process's environment).
+    :param storage_options: with ``conn_id``, the provider's storage options (recorded with it);
+        ignored without one (raw fsspec options may hold credentials: never written to the registry).
     :return: True when something was written; False when nothing changed or the registry failed
         (logged as a warning; never raises).
     """
@@ -116,6 +125,10 @@ def register_checkpoint(context: Any, checkpoint: str, *, landings: Iterable[str
             "late_sink": None if late_sink is None else str(late_sink),
             "asset": None if asset is None else {"name": asset.name, "uri": asset.uri},
         }
+        if conn_id:  # only when given: entries of tasks reading without a connection stay as they were
+            entry["conn_id"] = str(conn_id)
+            if storage_options:
+                entry["storage_options"] = dict(storage_options)
         key = record_key(checkpoint)
         old = store.get(key, default=None)
         tasks = [t for t in (old or {}).get("tasks", []) if isinstance(t, dict)
@@ -247,7 +260,10 @@ def known_checkpoints(registered: list[dict[str, Any]], configured: list[dict[st
     :return: ``[{"name": str, "checkpoint": location, "missing_ok": bool, "thresholds": {<threshold>:
         value}, "dag_ids": [str], "tasks": [{"dag_id", "task_id", "operator"}], "landings": [str],
         "late_sink": str | None, "assets": [{"name", "uri"}], "note": str | None,
-        "registered": bool, "configured": bool}]``. Thresholds: the configured ones over those
+        "conn_id": str | None, "storage_options": dict | None,
+        "registered": bool, "configured": bool}]``. ``conn_id`` / ``storage_options``: the
+        configured ones, else those of the first task (by DAG id and task id) that registered a
+        connection. Thresholds: the configured ones over those
         of the first task that registered thresholds (a ``WatermarkStallSensor``), by DAG id and task id;
         ``missing_ok``: the configured value, else True (a registered job may not have run yet).
     """
@@ -271,6 +287,11 @@ def known_checkpoints(registered: list[dict[str, Any]], configured: list[dict[st
             if isinstance(t.get("asset"), dict) and t["asset"] not in assets:
                 assets.append(t["asset"])
         late_sinks = [(entry or {}).get("late_sink")] + [t.get("late_sink") for t in tasks]
+        if (entry or {}).get("conn_id"):
+            conn_id, storage_options = entry["conn_id"], entry.get("storage_options")
+        else:
+            task = next((t for t in tasks if isinstance(t.get("conn_id"), str) and t["conn_id"]), {})
+            conn_id, storage_options = task.get("conn_id"), task.get("storage_options")
         return {
             "name": (entry or {}).get("name") or location,
             "checkpoint": location,
@@ -283,6 +304,8 @@ def known_checkpoints(registered: list[dict[str, Any]], configured: list[dict[st
             "late_sink": next((s for s in late_sinks if s), None),
             "assets": assets,
             "note": (entry or {}).get("note"),
+            "conn_id": conn_id,
+            "storage_options": storage_options if isinstance(storage_options, dict) else None,
             "registered": record is not None,
             "configured": entry is not None,
         }
@@ -298,11 +321,16 @@ def known_checkpoints(registered: list[dict[str, Any]], configured: list[dict[st
 
 
 def monitor_checkpoints(context: Any) -> list[dict[str, Any]]:
-    """The ``watermark_monitor`` DAG's list: one ``WatermarkStallSensor`` kwargs dict per known
-    checkpoint, ``{"checkpoint", "missing_ok", <threshold>: value, ...}`` (for ``expand_kwargs``).
+    """The ``watermark_monitor`` DAG's list of watched checkpoints, one entry per known checkpoint
+    (:func:`known_checkpoints`), as :func:`watermark_ops.airflow.monitor.evaluate_entry` takes it::
 
-    Run in a task with :data:`CHECKPOINT_REGISTRY` as inlet; the thresholds its own DAG's sensors
-    registered are ignored (they are the previous reading's).
+        {"checkpoint": location, "missing_ok": bool, <threshold>: value, ...,
+         "name": str (only when configured), "conn_id": str, "storage_options": dict (only when set)}
+
+    ``conn_id`` / ``storage_options``: the configured entry's (``[watermark_ops]``), else a
+    registered task's when the registry records one. Run in a task with
+    :data:`CHECKPOINT_REGISTRY` as inlet; the thresholds its own DAG's tasks registered are
+    ignored (they would be the previous reading's).
 
     :raises ValueError: for a bad ``[watermark_ops]`` configuration (the task fails, naming it).
     """
@@ -312,4 +340,14 @@ def monitor_checkpoints(context: Any) -> list[dict[str, Any]]:
     for problem in problems:
         log.warning("%s: kept aside, not watched", problem)
     known = known_checkpoints(registered, configured_checkpoints(), exclude_threshold_dags=[context["ti"].dag_id])
-    return [{"checkpoint": k["checkpoint"], "missing_ok": k["missing_ok"], **k["thresholds"]} for k in known]
+    out = []
+    for k in known:
+        item: dict[str, Any] = {"checkpoint": k["checkpoint"], "missing_ok": k["missing_ok"], **k["thresholds"]}
+        if k.get("configured") and k.get("name") and k["name"] != k["checkpoint"]:
+            item["name"] = k["name"]
+        if k.get("conn_id"):
+            item["conn_id"] = k["conn_id"]
+            if k.get("storage_options"):
+                item["storage_options"] = k["storage_options"]
+        out.append(item)
+    return out

@@ -3,7 +3,8 @@
 What every DAG that runs a Structured Streaming job as ``availableNow`` (or ``once``) restarts
 needs after its Spark run, wired once::
 
-    submit (SparkSubmitOperator: the job, --checkpoint, --trigger, --run-tag {{ run_id }})
+    submit (SparkSubmitOperator, or with launch="connect" SparkConnectRunOperator on a Spark Connect
+            server: the job, --checkpoint, --trigger, --run-tag {{ run_id }})
       ├─▶ collect_progress   this run's micro-batches, last watermark, quarantined rows, lateness advice
       ├─▶ late_ledger        every row this run's batches dropped as late, and the balance
       │                      rows in = aggregated + late + quarantined   (``core.ledger.reconcile_run``)
@@ -38,7 +39,7 @@ from watermark_ops.airflow.partitions import WatermarkPartitionsOperator
 from watermark_ops.airflow.registry import CHECKPOINT_REGISTRY
 from watermark_ops.airflow.sensors import WatermarkReachedSensor
 
-__all__ = ["DEFAULT_TASK_IDS", "watermarked_run"]
+__all__ = ["DEFAULT_TASK_IDS", "LAUNCHES", "watermarked_run"]
 
 #: Task ids inside the group (prefixed with the group id unless ``prefix_group_id=False``).
 DEFAULT_TASK_IDS = {
@@ -50,6 +51,8 @@ DEFAULT_TASK_IDS = {
     "announce": "announce_partitions",
 }
 SPARK_TRIGGERS = ("availableNow", "once")
+#: How the job's driver runs: a Spark application per run (spark-submit), or a client of a Spark Connect server.
+LAUNCHES = ("submit", "connect")
 
 
 def watermarked_run(
@@ -72,6 +75,8 @@ def watermarked_run(
     partition_timezone: str = "UTC",
     partition_facts: Callable[[Any], dict] | None = None,
     conn_id: str = "spark_default",
+    launch: str = "submit",
+    connect_conn_id: str = "spark_connect_default",
     py_files: str | None = None,
     conf: dict[str, Any] | None = None,
     env_vars: dict[str, Any] | None = None,
@@ -108,7 +113,14 @@ def watermarked_run(
     :param partition_grain: ``"day"`` or ``"hour"``.
     :param partition_timezone: the days' IANA time zone.
     :param partition_facts: ``callable(Partition) -> dict`` added to each partition's event extra.
-    :param conn_id: the Spark connection (``spark_default``).
+    :param conn_id: the Spark connection of the submit launch (``spark_default``).
+    :param launch: ``"submit"`` (default): a Spark application per run (``SparkSubmitOperator``);
+        ``"connect"``: the same job script as a thin client on a long-lived Spark Connect server
+        (:class:`watermark_ops.airflow.connect.SparkConnectRunOperator`: ``--remote``, a session id
+        whose queries are stopped when the task is killed or times out; ``conf`` becomes session
+        confs, ``py_files`` is not needed: the client imports the job's modules itself).
+    :param connect_conn_id: the ``spark_connect`` connection of the connect launch
+        (``spark_connect_default``; ``SparkConnectHook``).
     :param py_files: comma-separated ``--py-files`` (e.g. the job's own modules, or the built
         ``watermark-ops`` wheel for a cluster whose Python does not have it installed).
     :param conf: spark-submit ``--conf`` values (templated).
@@ -120,9 +132,11 @@ def watermarked_run(
     :param task_ids: renames of :data:`DEFAULT_TASK_IDS` entries.
     :param prefix_group_id: prefix the task ids with ``group_id`` (Airflow's default).
     :return: the ``TaskGroup``; its roots are the submit task, its leaves the tasks after it.
-    :raises ValueError: for a literal ``spark_trigger`` other than availableNow/once, or a partition
-        asset without ``partition_since``.
+    :raises ValueError: for a literal ``spark_trigger`` other than availableNow/once, a partition
+        asset without ``partition_since``, or a ``launch`` other than submit/connect.
     """
+    if launch not in LAUNCHES:
+        raise ValueError(f"launch must be one of {LAUNCHES}, got {launch!r}")
     if "{{" not in spark_trigger and spark_trigger not in SPARK_TRIGGERS:
         raise ValueError(f"spark_trigger must be one of {SPARK_TRIGGERS} (or a template), got {spark_trigger!r}")
     if partition_asset is not None and partition_since is None:
@@ -136,10 +150,19 @@ def watermarked_run(
     submit_kwargs = {"execution_timeout": timedelta(minutes=30), "name": group_id, **(spark_submit_kwargs or {})}
 
     with TaskGroup(group_id, prefix_group_id=prefix_group_id) as group:
-        submit = SparkSubmitOperator(
-            task_id=ids["submit"], application=application, application_args=args, conn_id=conn_id,
-            py_files=py_files, conf=conf, env_vars=env_vars, **submit_kwargs,
-        )
+        if launch == "connect":
+            from watermark_ops.airflow.connect import SparkConnectRunOperator
+
+            submit_kwargs.pop("name", None)  # spark-submit's application name; a Connect run has none
+            submit = SparkConnectRunOperator(
+                task_id=ids["submit"], application=application, application_args=args, conn_id=connect_conn_id,
+                conf=conf, env_vars=env_vars, **submit_kwargs,
+            )
+        else:
+            submit = SparkSubmitOperator(
+                task_id=ids["submit"], application=application, application_args=args, conn_id=conn_id,
+                py_files=py_files, conf=conf, env_vars=env_vars, **submit_kwargs,
+            )
 
         # The locations reach the task functions as arguments, so Airflow renders them (templated).
         @task(task_id=ids["collect"], multiple_outputs=True)

@@ -14,6 +14,17 @@ evaluation, :func:`watermark_ops.core.checks.check`, whose outcome decides: ``do
 ``wait`` → evaluate again after ``poke_interval`` until ``timeout`` runs out, then fail;
 ``fail`` → fail at once (a jumped watermark never goes back); ``skip`` → skipped.
 
+Every evaluation reads the checkpoint through :func:`watermark_ops.core.checks.check_tail` from the
+tail the previous one read (:class:`watermark_ops.core.tail.Tail`): a poke on an unchanged
+checkpoint lists nothing and makes the same few requests at 10 or 10,000 batches. The tail is kept
+in the task's process between pokes (``mode="poke"``), in the trigger between its polls (deferrable),
+and in the asset state store of :data:`watermark_ops.airflow.registry.CHECKPOINT_REGISTRY` (an inlet
+of every sensor) under ``watermark_tail:<checkpoint>`` (:class:`watermark_ops.airflow.memory.TailMemory`)
+for the next process: the next poke of ``mode="reschedule"``, the next DAG run.
+
+A checkpoint on object storage is read through an Airflow connection (``conn_id``, e.g. an ``aws``
+connection for ``s3://``): :func:`watermark_ops.airflow.storage.checkpoint_filesystem`.
+
 Every evaluation's result is pushed to XCom as ``return_value`` (also when the task then fails):
 the classification (:meth:`watermark_ops.core.stall.Classification.to_dict`) plus ``outcome`` and
 ``message``. A failure raises :class:`WatermarkAlarm` (no retries: evaluating the same files again
@@ -35,7 +46,7 @@ from airflow.sdk.exceptions import (
 )
 
 from watermark_ops.airflow.registry import add_registry_inlet, register_checkpoint
-from watermark_ops.core.checks import Check, check
+from watermark_ops.core.checks import Check, check_tail
 from watermark_ops.core.stall import StallInputError
 from watermark_ops.core.thresholds import DEFAULT_THRESHOLDS, Thresholds
 from watermark_ops.core.times import instant_ms, iso_utc
@@ -66,14 +77,14 @@ def _payload(location: str, outcome: str, message: str, classification: dict[str
 class _WatermarkSensor(BaseSensorOperator):
     """What both sensors share: thresholds, the evaluation, and how each outcome ends the task."""
 
-    template_fields: Sequence[str] = ("checkpoint",)
+    template_fields: Sequence[str] = ("checkpoint", "conn_id")
     goal = "healthy"
 
     def __init__(self, *, checkpoint: str, idle_after: Any = _D.idle_after, max_idle: Any = _D.max_idle,
                  max_lag: Any = _D.max_lag, max_skew: Any = _D.max_skew, stall_window: Any = _D.stall_window,
                  stall_batches: int = _D.stall_batches, max_partition_skew: Any = _D.max_partition_skew,
                  missing_ok: bool = False,
-                 storage_options: dict[str, Any] | None = None,
+                 storage_options: dict[str, Any] | None = None, conn_id: str | None = None,
                  deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -85,21 +96,57 @@ class _WatermarkSensor(BaseSensorOperator):
                                      max_partition_skew=max_partition_skew)
         self.missing_ok = missing_ok
         self.storage_options = storage_options
+        self.conn_id = conn_id
         self.deferrable = deferrable
         self._last: dict[str, Any] | None = None
+        self._tail: Any = None  # the tail the last poke read (Tail), kept between pokes in this process
+        self._tail_memory: Any = None
 
     # -- the one evaluation -------------------------------------------------------------------
 
     def _target_ms(self) -> int | None:
         return None
 
-    def _check(self) -> Check:
+    def _memory(self, context: Any) -> Any:
+        """The :class:`TailMemory` on the registry asset's state store, or None (no store here)."""
+        if self._tail_memory is None and context is not None:
+            from watermark_ops.airflow.memory import TailMemory
+            from watermark_ops.airflow.registry import CHECKPOINT_REGISTRY
+
+            try:
+                self._tail_memory = TailMemory(context["asset_state_store"][CHECKPOINT_REGISTRY])
+            except Exception as exc:  # the tail is an optimisation: without a store, pokes list
+                self.log.warning("no asset state store for the remembered tail (pokes will list): %r", exc)
+        return self._tail_memory
+
+    def _check(self, context: Any = None) -> Check:
+        """One evaluation from the remembered tail (:func:`check_tail`); remembers the new tail."""
+        from watermark_ops.airflow.storage import checkpoint_filesystem
+
+        memory = self._memory(context)
+        if self._tail is None and memory is not None:
+            try:
+                self._tail = memory.load(self.checkpoint)
+            except Exception as exc:
+                self.log.warning("remembered tail of %s not read (this poke lists): %r", self.checkpoint, exc)
+        fs = checkpoint_filesystem(self.checkpoint, self.conn_id, self.storage_options)
         try:
-            return check(self.checkpoint, goal=self.goal, thresholds=self.thresholds, target_ms=self._target_ms(),
-                         missing_ok=self.missing_ok, fail_on_jumped=getattr(self, "fail_on_jumped", True),
-                         storage_options=self.storage_options)
+            result, tail = check_tail(self.checkpoint, self._tail, goal=self.goal, thresholds=self.thresholds,
+                                      target_ms=self._target_ms(), missing_ok=self.missing_ok,
+                                      fail_on_jumped=getattr(self, "fail_on_jumped", True), filesystem=fs,
+                                      storage_options=None if fs is not None else self.storage_options)
         except StallInputError as exc:  # a corrupt or unreadable head: storage may recover, retries apply
             raise AirflowException(f"cannot classify the watermark of {self.checkpoint}: {exc}") from exc
+        self._tail = tail
+        if tail is not None:
+            self.log.info("read %s: %s", self.checkpoint,
+                          ", ".join(f"{n} {kind.upper()}" for kind, n in sorted(tail.requests.items())) or "nothing")
+            if memory is not None:
+                try:
+                    memory.save(self.checkpoint, tail)
+                except Exception as exc:
+                    self.log.warning("tail of %s not remembered (the next process lists): %r", self.checkpoint, exc)
+        return result
 
     def _settle(self, context: Any, outcome: str, message: str, classification: dict[str, Any] | None) -> Any:
         """End (or continue) the task for one outcome; returns the XCom value on ``done``, None on ``wait``."""
@@ -132,7 +179,7 @@ class _WatermarkSensor(BaseSensorOperator):
     # -- poke and reschedule ------------------------------------------------------------------
 
     def poke(self, context: Any) -> bool | PokeReturnValue:
-        result = self._check()
+        result = self._check(context)
         classification = result.classification.to_dict() if result.classification else None
         if result.outcome == "wait" and self.timeout <= 0:
             self._settle(context, "wait", result.message, classification)
@@ -142,7 +189,8 @@ class _WatermarkSensor(BaseSensorOperator):
 
     def execute(self, context: Any) -> Any:
         register_checkpoint(context, self.checkpoint, asset=getattr(self, "asset", None),
-                            thresholds=self.thresholds if self.goal == "healthy" else None)
+                            thresholds=self.thresholds if self.goal == "healthy" else None, conn_id=self.conn_id,
+                            storage_options=self.storage_options)
         if self.deferrable:
             return self._execute_deferrable(context)
         try:
@@ -153,7 +201,7 @@ class _WatermarkSensor(BaseSensorOperator):
     # -- deferrable ---------------------------------------------------------------------------
 
     def _execute_deferrable(self, context: Any) -> Any:
-        result = self._check()  # decided already? then no trip through the triggerer
+        result = self._check(context)  # decided already? then no trip through the triggerer
         classification = result.classification.to_dict() if result.classification else None
         if result.outcome != "wait":
             return self._settle(context, result.outcome, result.message, classification)
@@ -169,7 +217,7 @@ class _WatermarkSensor(BaseSensorOperator):
                 checkpoint=self.checkpoint, goal=self.goal, thresholds=self.thresholds.to_dict(),
                 target_ms=self._target_ms(), missing_ok=self.missing_ok,
                 fail_on_jumped=getattr(self, "fail_on_jumped", True), poll_interval=self.poke_interval,
-                timeout=timeout, storage_options=self.storage_options,
+                timeout=timeout, storage_options=self.storage_options, conn_id=self.conn_id,
             ),
             method_name="execute_complete",
             # The trigger fires its own "timeout" event with the last classification; this
@@ -211,7 +259,12 @@ class WatermarkStallSensor(_WatermarkSensor):
     :param max_partition_skew: a partition trailing the leading one's newest event time by more →
         a warning in the classification (XCom ``warnings``), never a failure (default 4 hours; None: off).
     :param missing_ok: skip (instead of fail) when the checkpoint does not exist yet.
-    :param storage_options: fsspec storage options for the checkpoint's filesystem.
+    :param conn_id: the Airflow connection to read the checkpoint with (templated), e.g. an ``aws``
+        connection for ``s3://``: the filesystem behind ``ObjectStoragePath(checkpoint, conn_id=...)``
+        (:func:`watermark_ops.airflow.storage.checkpoint_filesystem`), also in the triggerer; None:
+        a local path, or a URL read through fsspec with ``storage_options`` and the environment.
+    :param storage_options: with ``conn_id``, the provider's storage options (for S3: botocore
+        ``config_kwargs``); without, fsspec storage options.
     :param deferrable: wait in the triggerer (:class:`watermark_ops.airflow.triggers.WatermarkTrigger`);
         default ``[operators] default_deferrable``.
     :param timeout: grace period while unhealthy, ``timedelta`` or seconds (default 0: fail at once).
@@ -248,8 +301,8 @@ class WatermarkReachedSensor(_WatermarkSensor):
     :param deferrable: wait in the triggerer.
     :param timeout: how long to wait (``timedelta`` or seconds; default Airflow's sensor default).
 
-    The thresholds (``max_skew`` matters here; the others only shape the recorded state) and
-    ``storage_options`` are those of :class:`WatermarkStallSensor`.
+    The thresholds (``max_skew`` matters here; the others only shape the recorded state),
+    ``conn_id`` and ``storage_options`` are those of :class:`WatermarkStallSensor`.
     """
 
     template_fields: Sequence[str] = ("checkpoint", "target")

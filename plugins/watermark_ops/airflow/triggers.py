@@ -7,6 +7,14 @@ fsspec I/O (listings and reads, possibly over the network): it runs in a worker 
 (``asyncio.to_thread``) so that the triggerer's event loop, shared by every trigger, never
 blocks; between polls the trigger waits with ``asyncio.sleep``.
 
+Each poll follows the tail the previous one read (:func:`watermark_ops.core.checks.check_tail`,
+kept in the trigger between polls): after the first poll, an unchanged checkpoint costs a constant
+number of requests (no listing) whatever its history, and a new ``offsets/N`` / ``commits/N`` is
+fetched by name, so the triggerer (a long-lived process whose filesystem, and its listing cache,
+outlives every trigger) sees it. A checkpoint on object storage is read through an Airflow
+connection (``conn_id``): the filesystem is built in the worker thread, in the triggerer, with
+:func:`watermark_ops.airflow.storage.checkpoint_filesystem` (no credentials travel in the kwargs).
+
 Its kwargs are plain values (strings, numbers, a dict of millisecond thresholds, a
 ``datetime.timedelta``), validated when the trigger is built, i.e. in the worker when the sensor
 defers, not later in the triggerer: bad values fail the task with a clear message instead of a
@@ -21,7 +29,7 @@ from typing import Any, AsyncIterator
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from watermark_ops.core.checks import GOALS, check
+from watermark_ops.core.checks import GOALS, check_tail
 from watermark_ops.core.thresholds import Thresholds
 
 __all__ = ["EVENT_STATUSES", "WatermarkTrigger"]
@@ -47,7 +55,10 @@ class WatermarkTrigger(BaseTrigger):
         survive serialization under the real executor). Counted from when the trigger starts
         running, so a triggerer restart starts it again; the task's own deferral timeout (set by
         the sensor) bounds the whole wait.
-    :param storage_options: fsspec storage options (plain JSON values).
+    :param storage_options: with ``conn_id``, the provider's storage options; without, fsspec
+        storage options (plain JSON values).
+    :param conn_id: the Airflow connection to read the checkpoint with (e.g. an ``aws`` connection),
+        looked up in the triggerer; None: local, or fsspec with ``storage_options`` and the environment.
     :raises TypeError: / :raises ValueError: for a kwarg of the wrong type or value.
 
     Event payload: ``{"status": one of EVENT_STATUSES, "message": str, "checkpoint": str,
@@ -57,7 +68,7 @@ class WatermarkTrigger(BaseTrigger):
     def __init__(self, *, checkpoint: str, goal: str = "healthy", thresholds: dict[str, Any] | None = None,
                  target_ms: int | None = None, missing_ok: bool = False, fail_on_jumped: bool = True,
                  poll_interval: float = 60.0, timeout: timedelta = timedelta(hours=1),
-                 storage_options: dict[str, Any] | None = None) -> None:
+                 storage_options: dict[str, Any] | None = None, conn_id: str | None = None) -> None:
         super().__init__()
         if not isinstance(checkpoint, str) or not checkpoint.strip():
             raise TypeError(f"checkpoint must be a non-empty string (a path or fsspec URL), got {checkpoint!r}")
@@ -73,6 +84,8 @@ class WatermarkTrigger(BaseTrigger):
             raise ValueError(f"timeout must not be negative, got {timeout!r}")
         if storage_options is not None and not isinstance(storage_options, dict):
             raise TypeError(f"storage_options must be a dict, got {storage_options!r}")
+        if conn_id is not None and (not isinstance(conn_id, str) or not conn_id.strip()):
+            raise TypeError(f"conn_id must be an Airflow connection id (a non-empty string), got {conn_id!r}")
         self.thresholds = Thresholds.from_dict(thresholds or {}).to_dict()  # validated, normalised
         self.checkpoint = checkpoint
         self.goal = goal
@@ -82,6 +95,8 @@ class WatermarkTrigger(BaseTrigger):
         self.poll_interval = float(poll_interval)
         self.timeout = timedelta(seconds=timeout.total_seconds())  # plain, never a pendulum Duration
         self.storage_options = storage_options
+        self.conn_id = conn_id
+        self._tail: Any = None  # the tail the last poll read (watermark_ops.core.tail.Tail), this process only
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         """``("watermark_ops.airflow.triggers.WatermarkTrigger", kwargs)``: the kwargs rebuild an equal trigger."""
@@ -97,13 +112,21 @@ class WatermarkTrigger(BaseTrigger):
                 "poll_interval": self.poll_interval,
                 "timeout": self.timeout,
                 "storage_options": self.storage_options,
+                "conn_id": self.conn_id,
             },
         )
 
     def _check(self):
-        return check(self.checkpoint, goal=self.goal, thresholds=Thresholds.from_dict(self.thresholds),
-                     target_ms=self.target_ms, missing_ok=self.missing_ok, fail_on_jumped=self.fail_on_jumped,
-                     storage_options=self.storage_options)
+        """One poll, in a worker thread: the filesystem (from ``conn_id``), then :func:`check_tail`
+        from the tail the previous poll read; remembers the new tail."""
+        from watermark_ops.airflow.storage import checkpoint_filesystem
+
+        fs = checkpoint_filesystem(self.checkpoint, self.conn_id, self.storage_options)
+        result, self._tail = check_tail(
+            self.checkpoint, self._tail, goal=self.goal, thresholds=Thresholds.from_dict(self.thresholds),
+            target_ms=self.target_ms, missing_ok=self.missing_ok, fail_on_jumped=self.fail_on_jumped,
+            filesystem=fs, storage_options=None if fs is not None else self.storage_options)
+        return result
 
     def _event(self, status: str, message: str, polls: int, result=None) -> TriggerEvent:
         classification = result.classification.to_dict() if result is not None and result.classification else None

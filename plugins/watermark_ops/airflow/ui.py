@@ -25,7 +25,9 @@ checkpoint the user may not see: 403, before the checkpoint is read.
 A page reads only checkpoints under the roots ``roots()`` gives
 (:class:`watermark_ops.core.roots.CheckpointRoots`; the plugin adds each registered checkpoint's own
 folder, :class:`watermark_ops.airflow.plugin.PageRoots`): a path that could escape is refused (400 or
-404) before anything is read. The pages only read: the audit runs without memory, nothing is
+404) before anything is read. A root may be an object-store prefix (``s3://bucket/checkpoints``,
+read through the root's ``conn_id``, else the checkpoint's registered or configured ``conn_id``,
+else the environment: :func:`_filesystem`) with the same confinement. The pages only read: the audit runs without memory, nothing is
 written to a checkpoint or anywhere else. A checkpoint that cannot be read shows its error on
 its row (the overview) or its page, never a 500.
 """
@@ -105,10 +107,11 @@ def create_app(roots: Callable[[], CheckpointRoots], known: Callable[[], list[Kn
         entries = _known_or_error(known)
         jobs, failed = [], {}
         for entry in entries:
-            if entry.get("config_error") or checkpoint_roots.address(entry["checkpoint"]) is None:
+            address = None if entry.get("config_error") else checkpoint_roots.address(entry["checkpoint"])
+            if address is None:
                 continue
             try:
-                jobs.append(_job(entry))
+                jobs.append(_job(entry, _filesystem(entry, checkpoint_roots, address[0])))
             except Exception as exc:  # bad thresholds, an unknown connection: that row says so
                 failed[_job_key(entry)] = _failed_row(entry, exc)
         evaluation = shared.evaluate(jobs, max_age=_max_age(max_age))
@@ -158,15 +161,19 @@ def create_app(roots: Callable[[], CheckpointRoots], known: Callable[[], list[Kn
         from watermark_ops.core.overview import DEFAULT_CHART_LIMIT, checkpoint_detail
 
         checkpoint_roots = roots()
-        location = checkpoint_roots.locate(root, path)  # raises PathRefused before anything is read
+        fs = _filesystem(None, checkpoint_roots, root)
+        # raises PathRefused before anything is read
+        location = checkpoint_roots.locate(root, path, **_reading(fs))
         if not may_see_location(user, location, _known_or_error(known), same=_place(checkpoint_roots)):
             raise PathRefused(403, f"{root}/{path}: not shown to this user (no DAG claiming it may be read)")
         entry = _entry_for(known, checkpoint_roots, location)
         name = entry.get("name") if entry.get("name") not in (None, entry.get("checkpoint")) else f"{root}/{path}"
         if limit is None:
             limit = DEFAULT_CHART_LIMIT if chart_limit is None else chart_limit
+        if fs is None:
+            fs = _filesystem(entry, checkpoint_roots, root)
         return checkpoint_detail(location, _thresholds(entry), name=name, landings=entry.get("landings", ()),
-                                 chart_limit=max(0, limit), late_sink=entry.get("late_sink"))
+                                 chart_limit=max(0, limit), late_sink=entry.get("late_sink"), **_reading(fs))
 
     @app.get("/checkpoints/{root}/{path:path}", response_class=HTMLResponse)
     def checkpoint(request: Request, root: str, path: str, limit: int | None = None,
@@ -220,6 +227,39 @@ def create_app(roots: Callable[[], CheckpointRoots], known: Callable[[], list[Kn
     return app
 
 
+def _filesystem(entry: Known | None, checkpoint_roots: CheckpointRoots, root: str | None) -> Any:
+    """The fsspec filesystem a page reads a checkpoint with, or None (a local folder, or a URL read
+    through fsspec with the api-server's environment).
+
+    Under an object-store root: the root's ``conn_id`` (``[watermark_ops] checkpoint_roots``,
+    ``{"url", "conn_id", "storage_options"}``) or its fsspec ``storage_options``; else the
+    checkpoint's own ``conn_id`` (registered by its tasks or configured,
+    :func:`watermark_ops.airflow.registry.known_checkpoints`), through
+    :func:`watermark_ops.airflow.storage.checkpoint_filesystem`.
+
+    :raises airflow.exceptions.AirflowNotFoundException: a ``conn_id`` that names no connection
+        (the page or row then says the checkpoint cannot be read).
+    """
+    from watermark_ops.airflow.storage import checkpoint_filesystem
+
+    if root is not None and root in checkpoint_roots.roots and checkpoint_roots.is_url(root):
+        access = checkpoint_roots.access.get(root) or {}
+        if access.get("conn_id"):
+            return checkpoint_filesystem(checkpoint_roots.roots[root], access["conn_id"], access.get("storage_options"))
+        if access.get("storage_options"):
+            import fsspec.core
+
+            return fsspec.core.url_to_fs(checkpoint_roots.roots[root], **access["storage_options"])[0]
+    if entry and entry.get("conn_id"):
+        return checkpoint_filesystem(entry["checkpoint"], entry["conn_id"], entry.get("storage_options"))
+    return None
+
+
+def _reading(fs: Any) -> dict[str, Any]:
+    """``{"filesystem": fs}`` for the core, or nothing (the core resolves the location itself)."""
+    return {} if fs is None else {"filesystem": fs}
+
+
 def _place(checkpoint_roots: CheckpointRoots) -> Callable[[str], Any]:
     """Location -> its page address (two spellings of one folder are one place), else the
     normalised location: what :mod:`watermark_ops.airflow.access` adds claims up by."""
@@ -262,14 +302,12 @@ def _job_key(entry: Known) -> tuple:
                                             sort_keys=True, default=str))
 
 
-def _job(entry: Known) -> Job:
-    """The shared evaluation's job of a known entry (its filesystem from its connection, if any).
+def _job(entry: Known, filesystem: Any) -> Job:
+    """The shared evaluation's job of a known entry read with ``filesystem`` (:func:`_filesystem`;
+    None: the core resolves the location).
 
-    :raises Exception: bad thresholds, an unknown connection.
+    :raises Exception: bad thresholds.
     """
-    from watermark_ops.airflow.storage import checkpoint_filesystem
-
-    filesystem = checkpoint_filesystem(entry["checkpoint"], entry.get("conn_id"), entry.get("storage_options"))
     return Job(key=_job_key(entry), location=entry["checkpoint"], thresholds=_thresholds(entry),
                missing_ok=bool(entry.get("missing_ok", False)), filesystem=filesystem,
                storage_options=None if filesystem is not None else entry.get("storage_options"))

@@ -168,18 +168,17 @@ def audit_checkpoint(checkpoint: Checkpoint, remembered: RememberedHead | None =
     )
 
 
-def _progress_beside(location: str, storage_options: dict[str, Any] | None) -> ProgressLog | None:
+def _progress_beside(location: str, storage_options: dict[str, Any] | None,
+                     filesystem: Any = None) -> ProgressLog | None:
     """The job's progress log beside the checkpoint (``<checkpoint>.progress.jsonl``), if readable."""
-    if storage_options:  # read_progress_log knows no storage options: leave the drift check out
-        return None
     try:
-        return read_progress_log(progress_log_path(location))
+        return read_progress_log(progress_log_path(location), filesystem=filesystem, storage_options=storage_options)
     except (OSError, ValueError, ImportError):
         return None
 
 
 def run_audit(location: Any, memory: AuditMemory | None = None, *, storage_options: dict[str, Any] | None = None,
-              now_ms: int | None = None) -> AuditReport:
+              now_ms: int | None = None, filesystem: Any = None) -> AuditReport:
     """Read the checkpoint, audit it against the remembered head, then remember the new head.
 
     The memory moves on after every audit that found a head, violations included: each finding
@@ -189,13 +188,15 @@ def run_audit(location: Any, memory: AuditMemory | None = None, *, storage_optio
     :param location: the checkpoint (see :func:`watermark_ops.core.checkpoint.read_checkpoint`).
     :param memory: a :class:`watermark_ops.core.memory.StateFileMemory`, an
         :class:`watermark_ops.airflow.memory.AssetStateStoreMemory`, or None (no memory rules).
+    :param storage_options: / filesystem: how to reach the checkpoint and its progress log, as for
+        :func:`~watermark_ops.core.checkpoint.read_checkpoint` (every file read at once, concurrently).
     :raises watermark_ops.core.memory.MemoryFormatError: when the memory holds something malformed
         (nothing is read from the checkpoint then, and nothing is written).
     """
     key = str(location)
     remembered = memory.load(key) if memory is not None else None
-    checkpoint = read_checkpoint(location, storage_options=storage_options)
-    progress = _progress_beside(checkpoint.location, storage_options)
+    checkpoint = read_checkpoint(location, filesystem=filesystem, storage_options=storage_options)
+    progress = _progress_beside(checkpoint.location, storage_options, filesystem)
     report = audit_checkpoint(checkpoint, remembered, now_ms=now_ms, progress=progress)
     head = report.head()
     if memory is not None and head is not None:

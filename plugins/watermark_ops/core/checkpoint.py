@@ -54,9 +54,10 @@ Pure core: imports neither Airflow nor Spark.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from functools import cached_property, partial
-from typing import Any
+from typing import Any, Callable, Iterable
 
 from watermark_ops.core.log_formats import (
     CommitEntry,
@@ -70,8 +71,23 @@ from watermark_ops.core.log_formats import (
     split_log_file,
 )
 
-__all__ = ["Batch", "Checkpoint", "StateMetadata", "StateOperator", "open_storage", "read_checkpoint",
-           "read_state_metadata"]
+__all__ = ["MAX_CONCURRENT_READS", "RETRY_DELAYS_S", "Batch", "Checkpoint", "LogFiles", "StateMetadata",
+           "StateOperator", "filesystem_for", "open_storage", "read_checkpoint", "read_log_files", "read_state_metadata"]
+
+#: The most objects read at once from a remote filesystem (``fs.cat``'s ``batch_size`` on an
+#: async one such as s3fs, gcsfs or adlfs; a thread pool of this size on a synchronous one). On S3,
+#: botocore's ``max_pool_connections`` (default 10) caps it as well:
+#: :func:`watermark_ops.airflow.storage.checkpoint_filesystem` and the CLI raise it to this value.
+MAX_CONCURRENT_READS = 32
+#: The pauses (seconds) before each new attempt at an object of a remote filesystem that could
+#: not be read (throttled: S3's 503 ``SlowDown`` after s3fs's and botocore's own retries; a
+#: network error), that a listing named but a read did not find, or that looked half-written
+#: (``empty``, ``truncated``, ``not_json``): at most ``1 + len(RETRY_DELAYS_S)`` reads, never
+#: more; what still fails is reported by name (:class:`ReadProblem`), never fixed. Local folders
+#: and ``memory://`` are read once (a file there is whole once Spark renamed it into place).
+RETRY_DELAYS_S = (0.1, 0.4)
+#: Problem kinds a writer caught in the act can produce, retried on remote filesystems.
+_HALF_WRITTEN = ("empty", "truncated", "not_json")
 
 #: Highest offset-log version this reader knows (``OffsetSeqLog.MAX_VERSION`` in Spark 4.2+).
 OFFSETS_MAX_VERSION = 2
@@ -192,39 +208,131 @@ class Checkpoint:
 
 
 class _FsspecStorage:
-    """Lists and reads through an fsspec filesystem (any URL, an ``ObjectStoragePath``, a filesystem given)."""
+    """Lists and reads through an fsspec filesystem (any URL, an ``ObjectStoragePath``, a filesystem given).
+
+    Every listing is fresh (the filesystem's listing cache for the folder is dropped first: s3fs
+    keeps listings forever by default, and a long-lived process would never see a new batch).
+    Reads are concurrent, at most :data:`MAX_CONCURRENT_READS` at once, and retried within
+    :data:`RETRY_DELAYS_S` on a remote filesystem. ``requests`` counts the calls made
+    (``{"list": n, "get": n}``: one listing call, one object read).
+    """
 
     def __init__(self, fs: Any):
         self.fs = fs
+        protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+        self.protocol = protocol
+        self.retry_delays: tuple[float, ...] = () if protocol in ("file", "local", "memory") else RETRY_DELAYS_S
+        self.requests = {"list": 0, "get": 0}
 
     def display(self, path: str) -> str:
         """A location a human recognises: a plain path on the local filesystem, else a URL."""
-        protocol = self.fs.protocol if isinstance(self.fs.protocol, str) else self.fs.protocol[0]
-        if protocol in ("file", "local"):
+        if self.protocol in ("file", "local"):
             return path
         return self.fs.unstrip_protocol(path)
 
+    def _ls(self, path: str, detail: bool) -> list[Any]:
+        self.requests["list"] += 1
+        try:
+            self.fs.invalidate_cache(path)  # fresh: never an old listing of a growing log folder
+        except Exception:  # noqa: BLE001 - a filesystem without a cache
+            pass
+        return self.fs.ls(path, detail=detail)
+
     def listing(self, path: str) -> dict[str, str]:
-        """One listing of a folder -> {name: type ('file' | 'directory' | ...)}."""
-        return {_name(info["name"]): info.get("type", "file") for info in self.fs.ls(path, detail=True)}
+        """One fresh listing of a folder -> {name: type ('file' | 'directory' | ...)}."""
+        return {_name(info["name"]): info.get("type", "file") for info in self._ls(path, True)}
 
     def names(self, folder: str) -> list[str]:
-        """The names in a folder (no stat per entry)."""
-        return [_name(p if isinstance(p, str) else p["name"]) for p in self.fs.ls(folder, detail=False)]
+        """The names in a folder, freshly listed (no stat per entry)."""
+        return [_name(p if isinstance(p, str) else p["name"]) for p in self._ls(folder, False)]
 
-    def read(self, paths: list[str]):
-        """Read every file at once (``fs.cat``: concurrent on async filesystems);
-        returns ``content(path) -> bytes | Exception``."""
+    def _fetch(self, paths: list[str]) -> dict[str, bytes | Exception]:
+        """One concurrent read of every path -> {path as given: bytes | exception}."""
         fs = self.fs
-        contents = fs.cat(paths, on_error="return") if paths else {}
+        self.requests["get"] += len(paths)
+        if not paths:
+            return {}
+        if getattr(fs, "async_impl", False):
+            contents = fs.cat(paths, on_error="return", batch_size=MAX_CONCURRENT_READS, **_one_request(fs))
+        elif len(paths) == 1 or self.protocol in ("file", "local", "memory"):
+            contents = fs.cat(paths, on_error="return")
+        else:  # a synchronous remote filesystem (HDFS, ...): a bounded thread pool
+            from concurrent.futures import ThreadPoolExecutor
 
-        def content(path: str) -> bytes | Exception:
+            def one(path: str) -> bytes | Exception:
+                try:
+                    return fs.cat_file(path)
+                except Exception as exc:  # noqa: BLE001 - returned, reported by the caller
+                    return exc
+
+            with ThreadPoolExecutor(max_workers=min(MAX_CONCURRENT_READS, len(paths))) as pool:
+                contents = dict(zip(paths, pool.map(one, paths)))
+        if not isinstance(contents, dict):  # a single path may come back bare
+            contents = {paths[0]: contents}
+        out: dict[str, bytes | Exception] = {}
+        for path in paths:
             value = contents.get(path)
             if value is None:  # some filesystems key the result by a normalised path
                 value = contents.get(fs._strip_protocol(path), FileNotFoundError(path))
-            return value
+            out[path] = value
+        return out
 
-        return content
+    def read(self, paths: list[str], *, probed: Iterable[str] = ()):
+        """Read every file at once (concurrent, bounded), retrying within :data:`RETRY_DELAYS_S`
+        what failed: any error but a missing object, and a missing object the caller did not
+        merely probe for (``probed``: paths that may well not exist, e.g. the commit of a batch
+        still running). Returns ``content(path) -> bytes | Exception``; ``content.attempts``
+        is ``{path: reads}`` for the paths read more than once."""
+        contents = self._fetch(list(paths))
+        probed = set(probed)
+        attempts: dict[str, int] = {}
+        for delay in self.retry_delays:
+            again = [p for p, v in contents.items() if isinstance(v, Exception)
+                     and not (isinstance(v, FileNotFoundError) and p in probed)]
+            if not again:
+                break
+            time.sleep(delay)
+            contents.update(self._fetch(again))
+            for p in again:
+                attempts[p] = attempts.get(p, 1) + 1
+        return _Content(contents, attempts)
+
+
+def _one_request(fs: Any) -> dict[str, Any]:
+    """``cat_file`` keywords that make one small object one request: s3fs (2024.12+) asks for the
+    size first (a HEAD, and a LIST when the object is missing) to split large objects into
+    concurrent ranges unless ``max_concurrency=1``; checkpoint files are a few hundred bytes."""
+    import inspect
+
+    key = type(fs)
+    if key not in _ONE_REQUEST:
+        try:
+            takes = "max_concurrency" in inspect.signature(fs._cat_file).parameters
+        except (TypeError, ValueError, AttributeError):
+            takes = False
+        _ONE_REQUEST[key] = {"max_concurrency": 1} if takes else {}
+    return _ONE_REQUEST[key]
+
+
+_ONE_REQUEST: dict[type, dict[str, Any]] = {}
+
+
+class _Content:
+    """``content(path) -> bytes | Exception`` with ``attempts`` (``{path: reads}`` beyond one)."""
+
+    def __init__(self, contents: dict[str, Any], attempts: dict[str, int] | None = None):
+        self.contents = contents
+        self.attempts = attempts or {}
+
+    def __call__(self, path: str) -> bytes | Exception:
+        value = self.contents.get(path)
+        return FileNotFoundError(path) if value is None else value
+
+    def update(self, other: _Content) -> None:
+        """Take ``other``'s contents over these (a later attempt), adding up the attempts."""
+        self.contents.update(other.contents)
+        for path in other.contents:
+            self.attempts[path] = self.attempts.get(path, 1) + other.attempts.get(path, 1)
 
 
 class _LocalStorage:
@@ -233,10 +341,16 @@ class _LocalStorage:
     per-entry and per-file overhead, which dominate a local audit (a 10,000-batch checkpoint is
     40,000 directory entries and 20,000 files)."""
 
+    retry_delays: tuple[float, ...] = ()
+
+    def __init__(self) -> None:
+        self.requests = {"list": 0, "get": 0}
+
     def display(self, path: str) -> str:
         return path
 
     def listing(self, path: str) -> dict[str, str]:
+        self.requests["list"] += 1
         try:
             with os.scandir(path) as entries:
                 return {e.name: "directory" if e.is_dir() else "file" for e in entries}
@@ -244,11 +358,15 @@ class _LocalStorage:
             return {_name(path): "file"}
 
     def names(self, folder: str) -> list[str]:
+        self.requests["list"] += 1
         return os.listdir(folder)
 
-    def read(self, paths: list[str]):
+    def read(self, paths: list[str], *, probed: Iterable[str] = ()):
         """Read every file with ``os.open``/``os.read`` (no buffered file object per file: half
-        the cost of ``open().read()`` for small files); ``content(path) -> bytes | Exception``."""
+        the cost of ``open().read()`` for small files; one after the other: a local read costs
+        microseconds, less than handing it to a thread); ``content(path) -> bytes | Exception``.
+        Read once: a local file is whole once Spark renamed it into place."""
+        self.requests["get"] += len(paths)
         contents: dict[str, bytes | Exception] = {}
         flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
         for path in paths:
@@ -266,7 +384,7 @@ class _LocalStorage:
                 contents[path] = exc
             finally:
                 os.close(fd)
-        return contents.__getitem__
+        return _Content(contents)
 
 
 def _local_path(location: Any) -> str | None:
@@ -312,6 +430,29 @@ def open_storage(location: Any, *, filesystem: Any = None, storage_options: dict
     return _resolve(location, filesystem, storage_options)
 
 
+def filesystem_for(location: Any, filesystem: Any) -> Any:
+    """``filesystem`` when ``location`` is on it, else None (the location is then resolved by itself).
+
+    Used for the other files a checkpoint's readers open (landing files named by the file
+    source's log, the late-row sink, landing folders): ``s3://b/k`` (or ``s3a://``, as Spark
+    writes) is on an s3 filesystem, ``file:///landing/x`` is not; a location without a scheme is
+    taken as a path on ``filesystem`` unless that is a remote filesystem and the path is an
+    absolute local one that exists here.
+    """
+    if filesystem is None:
+        return None
+    text = os.fspath(location) if isinstance(location, (str, os.PathLike)) else str(location)
+    protocols = (filesystem.protocol,) if isinstance(filesystem.protocol, str) else tuple(filesystem.protocol)
+    if "://" in text:
+        scheme = text.split("://", 1)[0]
+        if scheme in ("s3a", "s3n"):
+            scheme = "s3"
+        return filesystem if scheme in protocols else None
+    if text.startswith("/") and not {"file", "local"} & set(protocols) and os.path.exists(text):
+        return None
+    return filesystem
+
+
 def _name(path: str) -> str:
     return path.rstrip("/").rsplit("/", 1)[-1]
 
@@ -348,6 +489,11 @@ def read_checkpoint(location: Any, *, filesystem: Any = None, storage_options: d
     if newest is not None and (isinstance(newest, bool) or not isinstance(newest, int) or newest < 1):
         raise ValueError(f"newest must be a positive number of batches (or None: all), got {newest!r}")
     storage, root = _resolve(location, filesystem, storage_options)
+    return _read(storage, root, newest)
+
+
+def _read(storage: Any, root: str, newest: int | None) -> Checkpoint:
+    """:func:`read_checkpoint` on a resolved storage (``storage.requests`` counts what it did)."""
     display = storage.display
     shown = display(root)
     problems: list[ReadProblem] = []
@@ -372,41 +518,111 @@ def read_checkpoint(location: Any, *, filesystem: Any = None, storage_options: d
             probed = {i: f"{root}/commits/{i}" for i in offsets_files}
         commit_files = probed
     metadata_path = f"{root}/metadata" if "metadata" in top else None
-    content = storage.read([*offsets_files.values(), *commit_files.values(),
-                            *([metadata_path] if metadata_path else [])])
-    if probed:  # a probed commit that does not exist is no commit, not a problem
-        commit_files = {i: path for i, path in probed.items() if not isinstance(content(path), FileNotFoundError)}
-    folders = {"offsets": offsets_files, "commits": commit_files}
-    query_id = _query_id(content(metadata_path), display(metadata_path), problems) if metadata_path else None
-    offsets: dict[int, OffsetsEntry] = {}
-    commits: dict[int, CommitEntry] = {}
-    conf_cache: dict[str, Any] = {}  # one parse of the conf every batch repeats
-    parse_offsets_cached = partial(parse_offsets, conf_cache=conf_cache)
-    for batch_id, path in sorted(folders["offsets"].items()):
-        parsed = _parse(parse_offsets_cached, content(path), batch_id, display(path), problems)
-        if parsed is not None:
-            entry, line_problems = parsed
-            problems.extend(line_problems)
-            offsets[batch_id] = entry
-    for batch_id, path in sorted(folders["commits"].items()):
-        parsed = _parse(parse_commit, content(path), batch_id, display(path), problems)
-        if parsed is not None:
-            commits[batch_id] = parsed
-    offsets_files, commit_files = folders["offsets"], folders["commits"]
+    files = read_log_files(storage, offsets_files, commit_files, metadata_path, probed=probed.values())
+    problems.extend(files.problems)
+    offsets_files, commit_files = files.offsets_files, files.commit_files
     batches = tuple(
         Batch(
             batch_id=i,
-            offsets=offsets.get(i),
-            commit=commits.get(i),
+            offsets=files.offsets.get(i),
+            commit=files.commits.get(i),
             offsets_file=display(offsets_files[i]) if i in offsets_files else None,
             commit_file=display(commit_files[i]) if i in commit_files else None,
         )
         for i in sorted(offsets_files.keys() | commit_files.keys())
     )
-    return Checkpoint(location=shown, query_id=query_id, batches=batches, problems=tuple(problems),
+    return Checkpoint(location=shown, query_id=files.query_id, batches=batches, problems=tuple(problems),
                       has_commit_log=top.get("commits") == "directory",
                       metadata_file=display(metadata_path) if metadata_path else None,
                       newest=newest, unread_batches=unread, lowest_offsets_batch_id=lowest_offsets)
+
+
+@dataclass
+class LogFiles:
+    """What :func:`read_log_files` read: parsed entries by batch id and the problems, in
+    :func:`read_checkpoint`'s order (``metadata``'s, then the offsets files' by batch id, then the
+    commit files' by batch id); ``commit_files`` keeps only the probed commits that exist."""
+
+    query_id: str | None
+    offsets: dict[int, OffsetsEntry]
+    commits: dict[int, CommitEntry]
+    offsets_files: dict[int, str]
+    commit_files: dict[int, str]
+    problems: list[ReadProblem]
+    metadata_read: bool = False
+
+
+def read_log_files(storage: Any, offsets_files: dict[int, str], commit_files: dict[int, str],
+                   metadata_path: str | None, *, probed: Iterable[str] = (),
+                   probed_offsets: Iterable[str] = ()) -> LogFiles:
+    """Read and parse offset-log and commit-log files (and ``metadata``) in one concurrent read.
+
+    Shared by :func:`read_checkpoint` and :func:`watermark_ops.core.tail.follow`.
+
+    :param storage: / paths: from :func:`open_storage` (paths inside it).
+    :param probed: commit files that may not exist (absent: not committed, no problem, dropped
+        from ``commit_files``); ``probed_offsets``: offsets files likewise (dropped from
+        ``offsets_files`` when absent). Every other missing file is a problem naming it.
+    :return: a :class:`LogFiles`. A file that cannot be read, or reads as half-written
+        (``empty``, ``truncated``, ``not_json``) on a remote filesystem, is read again within
+        :data:`RETRY_DELAYS_S`; what still fails is a problem naming it and the reads made.
+    """
+    display = storage.display
+    probed = set(probed)
+    probed_offsets = set(probed_offsets)
+    paths = [*offsets_files.values(), *commit_files.values(), *([metadata_path] if metadata_path else [])]
+    content = storage.read(paths, probed=probed | probed_offsets)
+    conf_cache: dict[str, Any] = {}  # one parse of the conf every batch repeats
+    parse_offsets_cached = partial(parse_offsets, conf_cache=conf_cache)
+    kinds = {**{path: (parse_offsets_cached, i) for i, path in offsets_files.items()},
+             **{path: (parse_commit, i) for i, path in commit_files.items()}}
+    parsed: dict[str, Any] = {}
+    own_problems: dict[str, list[ReadProblem]] = {}
+
+    def parse_some(some: Iterable[str]) -> None:
+        for path in some:
+            own: list[ReadProblem] = []
+            if path == metadata_path:
+                parsed[path] = _query_id(content(path), display(path), own, content.attempts.get(path, 1))
+            else:
+                parse, batch_id = kinds[path]
+                raw = content(path)
+                if isinstance(raw, FileNotFoundError) and path in (probed if parse is parse_commit else probed_offsets):
+                    parsed[path] = _ABSENT
+                    own_problems[path] = []
+                    continue
+                value = _parse(parse, raw, batch_id, display(path), own, content.attempts.get(path, 1))
+                if value is not None and parse is not parse_commit:
+                    value, line_problems = value
+                    own.extend(line_problems)
+                parsed[path] = value
+            own_problems[path] = own
+
+    parse_some(paths)
+    for delay in storage.retry_delays:  # half-written files: read again, within a bound
+        again = [path for path, own in own_problems.items() if any(p.kind in _HALF_WRITTEN for p in own)]
+        if not again:
+            break
+        time.sleep(delay)
+        content.update(storage.read(again, probed=probed | probed_offsets))
+        parse_some(again)
+    found_offsets = {i: path for i, path in offsets_files.items() if parsed[path] is not _ABSENT}
+    found_commits = {i: path for i, path in commit_files.items() if parsed[path] is not _ABSENT}
+    # read_checkpoint's order: metadata's problems, the offsets files' by batch id, the commits'
+    ordered: list[ReadProblem] = list(own_problems.get(metadata_path, ())) if metadata_path else []
+    for batch_id in sorted(found_offsets):
+        ordered.extend(own_problems[found_offsets[batch_id]])
+    for batch_id in sorted(found_commits):
+        ordered.extend(own_problems[found_commits[batch_id]])
+    return LogFiles(
+        query_id=parsed.get(metadata_path) if metadata_path else None,
+        offsets={i: parsed[path] for i, path in found_offsets.items() if parsed[path] is not None},
+        commits={i: parsed[path] for i, path in found_commits.items() if parsed[path] is not None},
+        offsets_files=found_offsets, commit_files=found_commits, problems=ordered,
+        metadata_read=metadata_path is not None)
+
+
+_ABSENT = object()
 
 
 def _list_checkpoint(storage: Any, root: str, shown: str, problems: list[ReadProblem]) -> dict[str, str] | None:
@@ -442,28 +658,33 @@ def _list_log(storage: Any, root: str, log_name: str, top: dict[str, str],
         return {}
 
 
-def _parse(parse: Any, raw: bytes | Exception, batch_id: int, file: str, problems: list[ReadProblem]) -> Any:
+def _reads(attempts: int) -> str:
+    return f" (the same in {attempts} reads)" if attempts > 1 else ""
+
+
+def _parse(parse: Any, raw: bytes | Exception, batch_id: int, file: str, problems: list[ReadProblem],
+           attempts: int = 1) -> Any:
     """``parse(raw, batch_id, file)``, or None with a problem naming the file when it cannot be read or used."""
     if isinstance(raw, Exception):
-        problems.append(ReadProblem("unreadable", file, f"cannot read the file: {raw!r}", batch_id))
+        problems.append(ReadProblem("unreadable", file, f"cannot read the file: {raw!r}{_reads(attempts)}", batch_id))
         return None
     try:
         return parse(raw, batch_id, file)
     except LogFileError as err:
-        problems.append(ReadProblem(err.kind, file, err.message, batch_id))
+        problems.append(ReadProblem(err.kind, file, err.message + _reads(attempts), batch_id))
         return None
 
 
-def _query_id(raw: bytes | Exception, file: str, problems: list[ReadProblem]) -> str | None:
+def _query_id(raw: bytes | Exception, file: str, problems: list[ReadProblem], attempts: int = 1) -> str | None:
     """The query id of ``metadata`` (:func:`~watermark_ops.core.log_formats.parse_metadata`), or
     None with a problem naming the file."""
     if isinstance(raw, Exception):
-        problems.append(ReadProblem("unreadable", file, f"cannot read the file: {raw!r}"))
+        problems.append(ReadProblem("unreadable", file, f"cannot read the file: {raw!r}{_reads(attempts)}"))
         return None
     try:
         return parse_metadata(raw)
     except LogFileError as err:
-        problems.append(ReadProblem(err.kind, file, err.message))
+        problems.append(ReadProblem(err.kind, file, err.message + _reads(attempts)))
         return None
 
 

@@ -16,7 +16,7 @@ from watermark_ops.core.stall import JUMPED, NO_WATERMARK, CheckpointMissing, Cl
 from watermark_ops.core.thresholds import DEFAULT_THRESHOLDS, Thresholds
 from watermark_ops.core.times import iso_utc
 
-__all__ = ["GOALS", "Check", "check"]
+__all__ = ["GOALS", "Check", "check", "check_tail", "decide"]
 
 #: What the sensors wait for: a healthy watermark, or a watermark that reached a target instant.
 GOALS = ("healthy", "reached")
@@ -45,7 +45,7 @@ class Check:
 
 def check(location: Any, *, goal: str = "healthy", thresholds: Thresholds = DEFAULT_THRESHOLDS,
           target_ms: int | None = None, missing_ok: bool = False, fail_on_jumped: bool = True,
-          at: Any = None, storage_options: dict[str, Any] | None = None) -> Check:
+          at: Any = None, storage_options: dict[str, Any] | None = None, filesystem: Any = None) -> Check:
     """Evaluate a checkpoint for a sensor: the same call in ``poke``, ``reschedule`` and the trigger.
 
     ``goal="healthy"`` (``WatermarkStallSensor``): not an alarm → ``done``; ``jumped`` → ``fail``
@@ -61,6 +61,9 @@ def check(location: Any, *, goal: str = "healthy", thresholds: Thresholds = DEFA
     ``watermark_unknown``, which may still be a watermark not set yet).
 
     :param target_ms: the target instant, epoch ms UTC (required for ``reached``).
+    :param storage_options: / filesystem: how to reach the checkpoint, as for
+        :func:`watermark_ops.core.stall.evaluate` (``filesystem``: an fsspec filesystem, e.g. from
+        :func:`watermark_ops.airflow.storage.checkpoint_filesystem`).
     :raises ValueError: for a bad goal or a missing target.
     :raises StallInputError: the checkpoint exists but cannot be classified (its head is unreadable).
     """
@@ -69,13 +72,20 @@ def check(location: Any, *, goal: str = "healthy", thresholds: Thresholds = DEFA
     if goal == "reached" and (isinstance(target_ms, bool) or not isinstance(target_ms, int)):
         raise ValueError(f"goal 'reached' needs target_ms (epoch ms UTC), got {target_ms!r}")
     try:
-        c = evaluate(location, thresholds, at=at, storage_options=storage_options)
+        c = evaluate(location, thresholds, at=at, storage_options=storage_options, filesystem=filesystem)
     except CheckpointMissing as exc:
         if goal == "reached":
             return Check("wait", f"{exc}: waiting for the job to create it")
         if missing_ok:
             return Check("skip", f"{exc} (missing_ok: the job has not run yet)")
         return Check("fail", f"{exc}: expected a Structured Streaming checkpoint")
+    return decide(c, goal=goal, target_ms=target_ms, fail_on_jumped=fail_on_jumped)
+
+
+def decide(c: Classification, *, goal: str = "healthy", target_ms: int | None = None,
+           fail_on_jumped: bool = True) -> Check:
+    """The outcome for one classification of an existing checkpoint (see :func:`check`, which
+    reads and then calls this; :func:`check_tail` does the same over a followed tail)."""
     if goal == "healthy":
         if c.healthy:
             return Check("done", f"{'no alarm' if c.state == NO_WATERMARK else 'healthy'}: {c.summary()}", c)
@@ -94,3 +104,48 @@ def check(location: Any, *, goal: str = "healthy", thresholds: Thresholds = DEFA
     return Check("wait", f"not reached: committed batches ran with watermark {iso_utc(emitted) or 'none'} "
                          f"< target {iso_utc(target_ms)} (next batch starts from {iso_utc(c.watermark_ms) or 'none'}; "
                          f"{c.state}) ({c.location})", c)
+
+
+def _missing(exc: Exception, goal: str, missing_ok: bool) -> Check:
+    if goal == "reached":
+        return Check("wait", f"{exc}: waiting for the job to create it")
+    if missing_ok:
+        return Check("skip", f"{exc} (missing_ok: the job has not run yet)")
+    return Check("fail", f"{exc}: expected a Structured Streaming checkpoint")
+
+
+def check_tail(location: Any, previous: Any = None, *, goal: str = "healthy",
+               thresholds: Thresholds = DEFAULT_THRESHOLDS, target_ms: int | None = None, missing_ok: bool = False,
+               fail_on_jumped: bool = True, at: Any = None, filesystem: Any = None,
+               storage_options: dict[str, Any] | None = None) -> tuple[Check, Any]:
+    """:func:`check` over a followed tail (:func:`watermark_ops.core.stall.evaluate_tail`): what the
+    sensors and the trigger call on every poke, remembering the tail between pokes.
+
+    With ``previous`` (the :class:`watermark_ops.core.tail.Tail` of the last poke) a poke on an
+    unchanged checkpoint lists nothing: it fetches ``offsets/<head+1>``, ``commits/<head+1>``, ...
+    by name, a constant number of requests whatever the history; without one (or one that no longer
+    matches) it lists, as :func:`check` does.
+
+    :param previous: the last poke's ``Tail``, or None.
+    :param filesystem: an fsspec filesystem to read ``location`` with (a path on it), or None.
+    :return: ``(Check, Tail | None)``: the same outcome :func:`check` gives for the same files, and
+        the tail to remember for the next poke (None when the checkpoint does not exist).
+    :raises ValueError: / :raises StallInputError: as :func:`check`.
+    """
+    try:
+        from watermark_ops.core.stall import evaluate_tail
+    except ImportError:  # TODO(s3airflow): remove once core.tail is on main; until then every poke lists
+        reading = {"filesystem": filesystem} if filesystem is not None else {}
+        return check(location, goal=goal, thresholds=thresholds, target_ms=target_ms, missing_ok=missing_ok,
+                     fail_on_jumped=fail_on_jumped, at=at, storage_options=storage_options, **reading), None
+
+    if goal not in GOALS:
+        raise ValueError(f"goal must be one of {GOALS}, got {goal!r}")
+    if goal == "reached" and (isinstance(target_ms, bool) or not isinstance(target_ms, int)):
+        raise ValueError(f"goal 'reached' needs target_ms (epoch ms UTC), got {target_ms!r}")
+    try:
+        c, tail = evaluate_tail(location, thresholds, previous, at=at, filesystem=filesystem,
+                                storage_options=storage_options)
+    except CheckpointMissing as exc:
+        return _missing(exc, goal, missing_ok), None
+    return decide(c, goal=goal, target_ms=target_ms, fail_on_jumped=fail_on_jumped), tail

@@ -325,7 +325,8 @@ def _epoch_ms(text: str) -> int:
     return (instant - _EPOCH) // timedelta(milliseconds=1)
 
 
-def landed_lateness(landing: str, event_time_field: str | None = None) -> LandedLateness:
+def landed_lateness(landing: str, event_time_field: str | None = None, *, filesystem: Any = None,
+                    storage_options: dict[str, Any] | None = None) -> LandedLateness:
     """Measure the lateness of the events in a landing folder (the lander's JSON-lines files).
 
     Arrival order is ``stream_time`` (ties: file name, then line); files without it are taken in
@@ -334,15 +335,27 @@ def landed_lateness(landing: str, event_time_field: str | None = None) -> Landed
     :param landing: folder (local path or fsspec URL) of ``*.jsonl`` files.
     :param event_time_field: the event-time field (ISO-8601 with zone); default: the first of
         :data:`EVENT_TIME_FIELDS` present in the first event.
+    :param filesystem: / storage_options: how to reach the folder, as for
+        :func:`watermark_ops.core.checkpoint.read_checkpoint` (``filesystem`` is used only when the
+        folder is on it, :func:`~watermark_ops.core.checkpoint.filesystem_for`). One fresh listing,
+        then every file read at once (concurrently on object storage, within
+        :data:`~watermark_ops.core.checkpoint.MAX_CONCURRENT_READS`, retried within a bound).
     :raises LatenessError: when the folder does not exist, or no event-time field is recognised.
+    :raises OSError: when the folder cannot be listed or a file in it cannot be read (naming it).
     """
-    import fsspec
+    from watermark_ops.core.checkpoint import filesystem_for, open_storage
 
-    fs, folder = fsspec.core.url_to_fs(str(landing))
-    if not fs.isdir(folder):
+    fs = filesystem_for(landing, filesystem)
+    storage, folder = open_storage(landing, filesystem=fs, storage_options=storage_options if fs is None else None)
+    try:
+        listed = storage.names(folder)
+    except (FileNotFoundError, NotADirectoryError):
+        listed = None
+    if listed is None:
         raise LatenessError(f"{landing}: no such landing folder (expected the folder of the lander's .jsonl files)")
-    names = sorted(p for p in fs.ls(folder, detail=False)
-                   if p.endswith(".jsonl") and not p.rsplit("/", 1)[-1].startswith((".", "_")))
+    paths = sorted(f"{folder}/{n}" for n in listed if n.endswith(".jsonl") and not n.startswith((".", "_")))
+    content = storage.read(paths)
+    names = [storage.display(p) for p in paths]
     result = LandedLateness(landing=str(landing), event_time_field=event_time_field, files=len(names))
 
     def problem(message: str) -> None:
@@ -351,8 +364,11 @@ def landed_lateness(landing: str, event_time_field: str | None = None) -> Landed
             result.problems.append(message)
 
     arrivals: list[tuple[int, int, int, int]] = []  # (arrival ms, file index, line, event ms)
-    for file_index, name in enumerate(names):
-        text = fs.cat_file(name).decode("utf-8", errors="replace")
+    for file_index, (name, path) in enumerate(zip(names, paths)):
+        raw = content(path)
+        if isinstance(raw, Exception):
+            raise OSError(f"{name}: cannot read the landed file: {raw!r}") from raw
+        text = raw.decode("utf-8", errors="replace")
         for number, line in enumerate(text.splitlines(), start=1):
             if not line.strip():
                 continue
@@ -436,7 +452,8 @@ def _rule_fields(records: list[dict[str, Any]], sources: int) -> list[str | None
 
 
 def lateness_report(checkpoint: str, landings: Iterable[str] = (), targets: Iterable[float] = DEFAULT_TARGETS,
-                    event_time_field: str | None = None) -> LatenessReport:
+                    event_time_field: str | None = None, *, filesystem: Any = None,
+                    storage_options: dict[str, Any] | None = None) -> LatenessReport:
     """Drops per run from the checkpoint's progress log, and observed lateness per landing folder.
 
     :param checkpoint: the checkpoint location; its progress log is ``<checkpoint>.progress.jsonl``.
@@ -445,19 +462,30 @@ def lateness_report(checkpoint: str, landings: Iterable[str] = (), targets: Iter
     :param event_time_field: forces the event-time field of every landing (default: the newest
         progress record's ``late_rule`` names it, one per source in plan order, as the recorder
         writes it; else recognised from :data:`EVENT_TIME_FIELDS`).
+    :param filesystem: / storage_options: how to reach the progress log and the landing folders
+        (e.g. ``s3://``), as for :func:`watermark_ops.core.checkpoint.read_checkpoint`; the
+        landing folders are read concurrently.
     :return: a :class:`LatenessReport`.
     :raises LatenessError: for a missing landing folder or unrecognised events.
     :raises OSError: when the progress log exists but cannot be read.
     """
     log_path = progress_log_path(checkpoint)
-    progress = read_progress_log(log_path)
+    where = {"filesystem": filesystem, "storage_options": storage_options}
+    progress = read_progress_log(log_path, **where)
     landings = list(landings)
     fields = [event_time_field] * len(landings) if event_time_field else _rule_fields(progress.records, len(landings))
+    if len(landings) > 1:  # the landing folders at once (each one's files are read concurrently)
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=len(landings)) as pool:
+            inputs = list(pool.map(lambda pair: landed_lateness(pair[0], pair[1], **where), zip(landings, fields)))
+    else:
+        inputs = [landed_lateness(landing, field, **where) for landing, field in zip(landings, fields)]
     return LatenessReport(
         checkpoint=str(checkpoint),
         progress_log=log_path,
         runs=tuple(drops_per_run(progress.records)),
-        inputs=tuple(landed_lateness(landing, field) for landing, field in zip(landings, fields)),
+        inputs=tuple(inputs),
         targets=tuple(targets),
         problems=tuple(progress.problems),
     )

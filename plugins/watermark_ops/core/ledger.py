@@ -69,7 +69,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Iterable
 from urllib.parse import unquote, urlsplit
 
-from watermark_ops.core.checkpoint import Checkpoint, open_storage, read_checkpoint
+from watermark_ops.core.checkpoint import MAX_CONCURRENT_READS, Checkpoint, filesystem_for, open_storage, read_checkpoint
 from watermark_ops.core.log_formats import ReadProblem
 from watermark_ops.core.partition_skew import PartitionSkew, partition_skew, skew_before_each_batch
 from watermark_ops.core.progress import progress_log_path, read_progress_log, run_report
@@ -644,9 +644,11 @@ def _landed_location(uri: str) -> str:
     return uri
 
 
-def _progress_records(checkpoint: str, query_id: str | None, problems: list[ReadProblem]) -> dict[int, dict]:
+def _progress_records(checkpoint: str, query_id: str | None, problems: list[ReadProblem],
+                      where: dict[str, Any] | None = None, log: Any = None) -> dict[int, dict]:
     """The last progress record of each batch id of the query (a re-run batch has several)."""
-    log = read_progress_log(progress_log_path(checkpoint))
+    if log is None:
+        log = read_progress_log(progress_log_path(checkpoint), **(where or {}))
     problems.extend(ReadProblem("progress_log", log.location, message) for message in log.problems)
     records: dict[int, dict] = {}
     for record in log.records:
@@ -663,8 +665,13 @@ def late_ledger(checkpoint: Any, batch_ids: Iterable[int] | None = None, *, file
         ``<checkpoint>.progress.jsonl`` gives the late rule of each batch.
     :param batch_ids: the batches to replay (e.g. one run's, from ``run_report``); None: every
         batch with an offsets file.
-    :param filesystem: / storage_options: as for :func:`~watermark_ops.core.checkpoint.read_checkpoint`
-        (landed files are read through fsspec from their own URIs when not local).
+    :param filesystem: / storage_options: as for :func:`~watermark_ops.core.checkpoint.read_checkpoint`,
+        for the checkpoint, its progress log and the landed files on the same filesystem (the
+        file source's ``s3a://`` URIs are read as ``s3://`` with it); other landed files are read
+        from their own URIs (a ``file:`` URI locally, another scheme through fsspec).
+        On object storage the batches are replayed concurrently (at most
+        :data:`~watermark_ops.core.checkpoint.MAX_CONCURRENT_READS` at once), each file source
+        log folder listed once.
     :param late_watermark: None (default): each batch's watermark for late rows follows its
         progress record (:func:`late_watermark_rule`); ``"previous"`` or ``"current"`` forces one
         rule on every batch (a what-if: what the other rule would have dropped).
@@ -674,19 +681,48 @@ def late_ledger(checkpoint: Any, batch_ids: Iterable[int] | None = None, *, file
     """
     if late_watermark not in (None, "previous", "current"):
         raise LedgerError(f"late_watermark must be None, 'previous' or 'current', got {late_watermark!r}")
-    state = read_checkpoint(checkpoint, filesystem=filesystem, storage_options=storage_options)
-    storage, root = open_storage(checkpoint, filesystem=filesystem, storage_options=storage_options)
+    where = {"filesystem": filesystem, "storage_options": storage_options}
+    storage, root = open_storage(checkpoint, **where)
+    remote = storage.retry_delays != ()  # an object store (or another remote filesystem)
+    if remote:  # the checkpoint and the progress log at once
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            state_future = pool.submit(read_checkpoint, checkpoint, **where)
+            log_future = pool.submit(read_progress_log, progress_log_path(storage.display(root)), **where)
+            state = state_future.result()
+            log = log_future.result()  # raises OSError here as the sequential read would
+    else:
+        state, log = read_checkpoint(checkpoint, **where), None
     problems: list[ReadProblem] = list(state.problems)
-    records = _progress_records(state.location, state.query_id, problems)
+    records = _progress_records(state.location, state.query_id, problems, where, log)
     wanted = sorted(set(batch_ids)) if batch_ids is not None else [b.batch_id for b in state.batches
                                                                      if b.offsets_file is not None]
     unreplayable: dict[str, dict[str, Any]] = {}
     skew_before = skew_before_each_batch(records)
+    listings: dict[str, Any] = {}  # each file source log folder listed once per ledger
+    landed = _LandedFiles(filesystem, storage_options)
+
+    def one(batch_id: int) -> tuple[BatchLedger, list[ReadProblem], dict[str, dict[str, Any]]]:
+        own: list[ReadProblem] = []
+        own_unreplayable: dict[str, dict[str, Any]] = {}
+        batch = _replay(state, storage, root, batch_id, records.get(batch_id), own, own_unreplayable,
+                        late_watermark, listings, landed)
+        return replace(batch, skew_before=skew_before.get(batch_id)), own, own_unreplayable
+
+    if remote and len(wanted) > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=min(MAX_CONCURRENT_READS, len(wanted))) as pool:
+            results = list(pool.map(one, wanted))
+    else:
+        results = [one(batch_id) for batch_id in wanted]
     batches = []
-    for batch_id in wanted:
-        batch = _replay(state, storage, root, batch_id, records.get(batch_id), problems, unreplayable,
-                        late_watermark)
-        batches.append(replace(batch, skew_before=skew_before.get(batch_id)))
+    for batch, own, own_unreplayable in results:  # in batch order, as a sequential replay adds them
+        batches.append(batch)
+        problems.extend(own)
+        for source_id, entry in own_unreplayable.items():
+            unreplayable.setdefault(source_id, {**entry, "batch_ids": []})["batch_ids"].extend(entry["batch_ids"])
     skew = None
     if wanted:  # the skew through the newest batch asked for, with the late rows of those replayed
         through = [records[k] for k in sorted(records) if k <= wanted[-1]]
@@ -704,9 +740,26 @@ def late_ledger(checkpoint: Any, batch_ids: Iterable[int] | None = None, *, file
                       partition_skew=skew)
 
 
+class _LandedFiles:
+    """Reads landed files by their file source URI: with the checkpoint's filesystem when the URI
+    is on it (:func:`~watermark_ops.core.checkpoint.filesystem_for`), else by itself."""
+
+    def __init__(self, filesystem: Any, storage_options: dict[str, Any] | None):
+        self.filesystem = filesystem
+        self.storage_options = storage_options
+
+    def read(self, uri: str) -> bytes | Exception:
+        location = _landed_location(uri)
+        fs = filesystem_for(location, self.filesystem)
+        options = self.storage_options if fs is None and "://" in location else None
+        storage, path = open_storage(location, filesystem=fs, storage_options=options)
+        return storage.read([path])(path)
+
+
 def _replay(state: Checkpoint, storage: Any, root: str, batch_id: int, record: dict | None,
             problems: list[ReadProblem], unreplayable: dict[str, dict[str, Any]],
-            force_basis: str | None = None) -> BatchLedger:
+            force_basis: str | None = None, listings: dict[str, Any] | None = None,
+            landed: _LandedFiles | None = None) -> BatchLedger:
     """One batch → :class:`BatchLedger` (``replayed`` False, with a problem, when it cannot be)."""
     batch = state.batch(batch_id)
     offsets = batch.offsets if batch else None
@@ -774,7 +827,7 @@ def _replay(state: Checkpoint, storage: Any, root: str, batch_id: int, record: d
             problems.append(bad)
             ok = False
             continue
-        log = read_source_log(storage, f"{root}/sources/{source_id}", range(start + 1, end + 1))
+        log = read_source_log(storage, f"{root}/sources/{source_id}", range(start + 1, end + 1), listings=listings)
         problems.extend(ReadProblem(p.kind, p.file, p.message, batch_id) for p in log.problems)
         if log.problems:
             ok = False
@@ -799,8 +852,7 @@ def _replay(state: Checkpoint, storage: Any, root: str, batch_id: int, record: d
                                         f"{sorted(INPUT_PROFILES)}", batch_id))
             ok = False
             continue
-        landed_storage, landed_path = open_storage(_landed_location(uri))
-        raw = landed_storage.read([landed_path])(landed_path)
+        raw = (landed or _LandedFiles(None, None)).read(uri)
         if isinstance(raw, Exception):
             problems.append(ReadProblem("unreadable", uri, f"cannot read the landed file the batch read: {raw!r}",
                                         batch_id))
@@ -844,7 +896,8 @@ def _bad_log_offsets(batch_id: int, source_id: str, start: int, end: int, file: 
 # The sink and the run's reconciliation
 
 
-def write_late_rows(ledger: LateLedger, sink: Any, *, storage_options: dict[str, Any] | None = None) -> list[str]:
+def write_late_rows(ledger: LateLedger, sink: Any, *, storage_options: dict[str, Any] | None = None,
+                    filesystem: Any = None) -> list[str]:
     """Write the late rows to ``<sink>/batch=<N>.jsonl``, one JSON object per line (:meth:`LateRow.to_dict`).
 
     One file per replayed batch that read at least one landed file (an empty file when none of
@@ -853,15 +906,20 @@ def write_late_rows(ledger: LateLedger, sink: Any, *, storage_options: dict[str,
     checkpoint and the landed files, so a re-run rewrites the same bytes.
 
     :param sink: a folder (local path or fsspec URL), e.g. ``<output>_late``; never the checkpoint.
+    :param filesystem: an fsspec filesystem to write with (``sink`` a path or URL on it);
+        default: ``fsspec.core.url_to_fs(sink, **storage_options)``.
     :return: the files written, in batch order.
     :raises LedgerError: when ``sink`` lies inside the ledger's checkpoint.
     :raises OSError: when the sink cannot be written.
     """
     import fsspec
 
-    fs, folder = fsspec.core.url_to_fs(os.fspath(sink), **(storage_options or {}))
+    if filesystem is not None:
+        fs, folder = filesystem, filesystem._strip_protocol(os.fspath(sink))
+    else:
+        fs, folder = fsspec.core.url_to_fs(os.fspath(sink), **(storage_options or {}))
     folder = folder.rstrip("/")
-    checkpoint = str(ledger.checkpoint).rstrip("/")
+    checkpoint = fs._strip_protocol(str(ledger.checkpoint)).rstrip("/")
     if folder == checkpoint or folder.startswith(checkpoint + "/"):
         raise LedgerError(f"{sink}: the late-rows sink must not be inside the checkpoint {ledger.checkpoint}")
     fs.makedirs(folder, exist_ok=True)
@@ -885,7 +943,8 @@ def write_late_rows(ledger: LateLedger, sink: Any, *, storage_options: dict[str,
 
 
 def reconcile_run(checkpoint: str, run_tag: str, quarantine_checkpoint: str | None = None,
-                  sink: str | None = None) -> dict[str, Any]:
+                  sink: str | None = None, *, filesystem: Any = None,
+                  storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
     """The late rows of one run (the DAG's run id as ``--run-tag``) and its balance.
 
     ``rows_in`` (Spark's input rows of the run's batches, progress log) must equal
@@ -893,14 +952,17 @@ def reconcile_run(checkpoint: str, run_tag: str, quarantine_checkpoint: str | No
     + ``rows_quarantined`` (the quarantine query's ``observed_metrics["quarantine"]`` for the run).
 
     :param sink: when given, the late rows are written there (:func:`write_late_rows`).
+    :param filesystem: / storage_options: how to reach the checkpoint, its progress logs and
+        landed files, as for :func:`late_ledger`.
     :return: ``{"run_tag", "batch_ids", "rows_in", "rows_aggregated", "rows_late", "rows_quarantined",
         "balanced": bool, "rows_dropped_by_watermark_spark" (Spark's late groups), "late_by_batch",
         "late_by_origin", "late_by_partition", "worst_late_by_ms", "ledger_rows_read", "ledger_quarantined", "complete",
         "problems": [str], "not_replayable", "sink_files": [str]}``.
     :raises OSError: when a progress log or the sink cannot be read or written.
     """
-    report = run_report(checkpoint, run_tag, quarantine_checkpoint)
-    ledger = late_ledger(checkpoint, report["batch_ids"])
+    report = run_report(checkpoint, run_tag, quarantine_checkpoint, filesystem=filesystem,
+                        storage_options=storage_options)
+    ledger = late_ledger(checkpoint, report["batch_ids"], filesystem=filesystem, storage_options=storage_options)
     totals = ledger.totals()
     rows_in, quarantined = report["input_rows"], report["quarantined_rows"]
     return {
@@ -922,5 +984,6 @@ def reconcile_run(checkpoint: str, run_tag: str, quarantine_checkpoint: str | No
         "problems": list(dict.fromkeys([f"{p.file}: {p.message}" for p in ledger.problems]
                                        + report["progress_log_problems"])),
         "not_replayable": list(ledger.not_replayable),
-        "sink_files": write_late_rows(ledger, sink) if sink else [],
+        "sink_files": write_late_rows(ledger, sink, filesystem=filesystem_for(sink, filesystem),
+                                      storage_options=storage_options) if sink else [],
     }

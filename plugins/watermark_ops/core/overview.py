@@ -45,21 +45,22 @@ MAX_PAGE_SIZE = 1000
 _RANK_ERROR, _RANK_ALARM, _RANK_WARNING, _RANK_OK, _RANK_NOT_YET = 0, 1, 2, 3, 4
 
 
-def _classify(checkpoint, thresholds: Thresholds, at_ms: int | None, progress=None):
+def _classify(checkpoint, thresholds: Thresholds, at_ms: int | None, progress=None, where: dict | None = None):
     """(classification or None, message why not). With the progress log already read whole (the
     audit read it), its records of the batches the checkpoint holds are used, as
     :func:`~watermark_ops.core.stall.classify_at` selects them from the log's end, without a
     second read; without it, ``classify_at`` reads the end of the log."""
     from watermark_ops.core.stall import StallInputError, classify, classify_at, state_metadata_of
 
+    where = where or {}
     try:
         if progress is None or not checkpoint.batches:
-            return classify_at(checkpoint, thresholds, at_ms), None
+            return classify_at(checkpoint, thresholds, at_ms, **where), None
         first = checkpoint.batches[0].batch_id
         records = [r for r in progress.records if r["batch_id"] >= first]
         # While the watermark is 0, the state operators' metadata is evidence of a watermark, as
         # classify_at reads it (the same state as `watermark-ops status`).
-        state, state_problems = state_metadata_of(checkpoint)
+        state, state_problems = state_metadata_of(checkpoint, **where)
         return classify(checkpoint, records, thresholds, now_ms() if at_ms is None else at_ms,
                         list(progress.problems) + state_problems, state_metadata=state), None
     except StallInputError as exc:
@@ -71,7 +72,8 @@ def _problem_text(problem) -> str:
 
 
 def overview_row(location: str, thresholds: Thresholds, *, name: str | None = None, missing_ok: bool = False,
-                 at_ms: int | None = None) -> dict[str, Any]:
+                 at_ms: int | None = None, filesystem: Any = None,
+                 storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
     """One overview row: the checkpoint's head, stall state and audit, read now.
 
     Reads the whole offset and commit logs (the audit needs them) and the end of the progress log.
@@ -81,6 +83,8 @@ def overview_row(location: str, thresholds: Thresholds, *, name: str | None = No
     :param name: what to call it (a job name); default the location.
     :param missing_ok: a missing checkpoint is "not run yet" (ranked last), not an error.
     :param at_ms: the evaluation instant (epoch ms UTC), default now.
+    :param filesystem: / storage_options: how to reach the checkpoint and its progress log, as for
+        :func:`~watermark_ops.core.checkpoint.read_checkpoint`.
     :return: ``{"name", "location", "query_id", "head_batch_id", "in_flight_batch",
         "watermark_ms", "watermark", "lag_ms", "state", "alarm", "reason", "audit_status",
         "findings", "errors", "warnings" (the audit's), "rules": [rule names of the findings],
@@ -92,15 +96,16 @@ def overview_row(location: str, thresholds: Thresholds, *, name: str | None = No
     """
     row = empty_row(location, name)
     try:
-        checkpoint = read_checkpoint(location)
+        checkpoint = read_checkpoint(location, filesystem=filesystem, storage_options=storage_options)
     except Exception as exc:  # a broken filesystem must not take the page down: the row says it
         row.update(error=f"cannot read the checkpoint: {exc!r}", rank=_RANK_ERROR)
         return row
-    return _row_of(row, checkpoint, thresholds, at_ms, missing_ok)
+    return _row_of(row, checkpoint, thresholds, at_ms, missing_ok,
+                   where={"filesystem": filesystem, "storage_options": storage_options})
 
 
 def _row_of(row: dict[str, Any], checkpoint, thresholds: Thresholds, at_ms: int | None, missing_ok: bool,
-            read: tuple | None = None) -> dict[str, Any]:
+            read: tuple | None = None, where: dict | None = None) -> dict[str, Any]:
     """Fill ``row`` from a checkpoint already read; ``read`` = (status, report, classification,
     why_not) when the caller already has them."""
     missing = [p for p in checkpoint.problems if p.kind == "checkpoint_missing"]
@@ -110,9 +115,9 @@ def _row_of(row: dict[str, Any], checkpoint, thresholds: Thresholds, at_ms: int 
         return row
     if read is None:
         status = CheckpointStatus.of(checkpoint)
-        progress = _progress_or_none(checkpoint.location)[0]
+        progress = _progress_or_none(checkpoint.location, where)[0]
         report = audit_checkpoint(checkpoint, None, progress=progress)
-        classification, why_not = _classify(checkpoint, thresholds, at_ms, progress)
+        classification, why_not = _classify(checkpoint, thresholds, at_ms, progress, where)
     else:
         status, report, classification, why_not = read
     row.update(
@@ -176,12 +181,12 @@ def page_of(rows: Sequence[dict[str, Any]], page: int = 1,
     }
 
 
-def _progress_or_none(location: str):
+def _progress_or_none(location: str, where: dict | None = None):
     """(the progress log beside the checkpoint or None, a problem message or None). A missing
     log is no problem (a job of another tool writes none)."""
     path = progress_log_path(location)
     try:
-        return read_progress_log(path), None
+        return read_progress_log(path, **(where or {})), None
     except FileNotFoundError:
         return None, None
     except (OSError, ValueError, ImportError) as exc:
@@ -221,7 +226,8 @@ def _chart(batches: Sequence[Any], runs: list[dict[str, Any]], regressed: set[in
     }
 
 
-def _ledger_rows(late_sink: str, runs: list[dict[str, Any]], limit: int, problems: list[str]) -> None:
+def _ledger_rows(late_sink: str, runs: list[dict[str, Any]], limit: int, problems: list[str],
+                 filesystem: Any = None, storage_options: dict[str, Any] | None = None) -> None:
     """Set each run's ``ledger_rows_late``: the rows of ``<late_sink>/batch=<N>.jsonl`` over its
     batch ids (the late-row ledger's sink, :func:`watermark_ops.core.ledger.write_late_rows`: one
     JSON object per line, one file per batch that read landed files), for the newest ``limit``
@@ -230,16 +236,18 @@ def _ledger_rows(late_sink: str, runs: list[dict[str, Any]], limit: int, problem
     a problem naming the file (its valid rows still count)."""
     import json
 
-    from watermark_ops.core.checkpoint import open_storage
+    from watermark_ops.core.checkpoint import filesystem_for, open_storage
 
     shown = runs[-limit:] if limit > 0 else runs
     try:
-        storage, folder = open_storage(late_sink)
+        fs = filesystem_for(late_sink, filesystem)
+        storage, folder = open_storage(late_sink, filesystem=fs,
+                                       storage_options=storage_options if "://" in str(late_sink) else None)
     except Exception as exc:  # noqa: BLE001 - a bad sink location is named, the page still renders
         problems.append(f"late-row sink {late_sink} cannot be opened: {exc!r}")
         return
     paths = {batch_id: f"{folder}/batch={batch_id}.jsonl" for run in shown for batch_id in run["batch_ids"]}
-    content = storage.read(list(paths.values()))
+    content = storage.read(list(paths.values()), probed=paths.values())
     found = 0
     for run in shown:
         total = None
@@ -275,7 +283,8 @@ def _ledger_rows(late_sink: str, runs: list[dict[str, Any]], limit: int, problem
 def checkpoint_detail(location: str, thresholds: Thresholds, *, name: str | None = None,
                       landings: Iterable[str] = (), at_ms: int | None = None,
                       chart_limit: int = DEFAULT_CHART_LIMIT, late_sink: str | None = None,
-                      runs_limit: int = DEFAULT_RUNS_LIMIT) -> dict[str, Any]:
+                      runs_limit: int = DEFAULT_RUNS_LIMIT, filesystem: Any = None,
+                      storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
     """Everything the checkpoint page shows, read now (the whole offset and commit logs, the
     progress log, the landing folders).
 
@@ -289,6 +298,9 @@ def checkpoint_detail(location: str, thresholds: Thresholds, *, name: str | None
         each run then also gets ``ledger_rows_late``, the rows of its batches' ``batch=<N>.jsonl``
         (None when unknown or without a file), beside Spark's late-group count.
     :param runs_limit: the newest runs whose ledger files are read (the page lists as many).
+    :param filesystem: / storage_options: how to reach the checkpoint, its progress log, and the
+        sink and landing folders on the same filesystem, as for
+        :func:`~watermark_ops.core.checkpoint.read_checkpoint`.
     :return: ``{"name", "location", "evaluated_at_ms", "evaluated_at", "row": overview row fields
         (see :func:`overview_row`), "status": CheckpointStatus.to_dict(), "classification":
         Classification.to_dict() | None, "audit": {"status", "findings": [{"rule", "severity",
@@ -300,13 +312,14 @@ def checkpoint_detail(location: str, thresholds: Thresholds, *, name: str | None
     """
     at = now_ms() if at_ms is None else at_ms
     problems: list[str] = []
-    checkpoint = read_checkpoint(location)
+    where = {"filesystem": filesystem, "storage_options": storage_options}
+    checkpoint = read_checkpoint(location, **where)
     status = CheckpointStatus.of(checkpoint)
-    progress, progress_problem = _progress_or_none(checkpoint.location)
+    progress, progress_problem = _progress_or_none(checkpoint.location, where)
     if progress_problem:
         problems.append(progress_problem)
     report = audit_checkpoint(checkpoint, None, now_ms=at, progress=progress)
-    classification, why_not = _classify(checkpoint, thresholds, at_ms, progress)
+    classification, why_not = _classify(checkpoint, thresholds, at_ms, progress, where)
     if classification is None and why_not:
         problems.append(f"no stall classification: {why_not}")
     problems.extend(_problem_text(p) for p in checkpoint.problems)
@@ -316,11 +329,11 @@ def checkpoint_detail(location: str, thresholds: Thresholds, *, name: str | None
     if progress is not None:
         problems.extend(progress.problems)
     if late_sink:
-        _ledger_rows(late_sink, runs, runs_limit, problems)
+        _ledger_rows(late_sink, runs, runs_limit, problems, filesystem, storage_options)
     regressed = {f.batch_id for f in report.findings if f.rule == "watermark_regressed" and f.batch_id is not None}
     advice = []
     for landing in landings:
-        advice.append(_advice(landing, problems))
+        advice.append(_advice(landing, problems, filesystem, storage_options))
     order = {ERROR: 0, WARNING: 1, INFO: 2}
     row = _row_of(empty_row(location, name), checkpoint, thresholds, at_ms, False,
                   (status, report, classification, why_not))
@@ -344,12 +357,13 @@ def checkpoint_detail(location: str, thresholds: Thresholds, *, name: str | None
     }
 
 
-def _advice(landing: str, problems: list[str]) -> dict[str, Any] | None:
+def _advice(landing: str, problems: list[str], filesystem: Any = None,
+            storage_options: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """The observed lateness and delay-threshold advice of one landing folder, or None (problem noted)."""
     from watermark_ops.core.lateness import LatenessError, landed_lateness
 
     try:
-        return landed_lateness(landing).summary()
+        return landed_lateness(landing, filesystem=filesystem, storage_options=storage_options).summary()
     except (LatenessError, OSError) as exc:
         problems.append(f"no delay-threshold advice for {landing}: {exc}")
         return None

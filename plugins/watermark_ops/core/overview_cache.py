@@ -119,23 +119,23 @@ def _boundary(checkpoint: Checkpoint) -> int | None:
     return max(below) if below else None
 
 
+def _forget(filesystem: Any, path: str) -> None:
+    """Drop ``path`` (and its folders) from the filesystem's listing cache: s3fs sizes a file it
+    opens from a cached listing, and would read a grown progress log only up to its old size."""
+    if filesystem is not None and hasattr(filesystem, "invalidate_cache"):
+        filesystem.invalidate_cache(filesystem._strip_protocol(path))
+
+
 def _progress_tail(path: str, since: int, query_id: str | None, filesystem: Any) -> ProgressLog:
-    """``read_progress_tail`` through ``filesystem`` when the core's reader takes one."""
-    if filesystem is not None:
-        try:
-            return read_progress_tail(path, since, query_id=query_id, filesystem=filesystem)  # type: ignore[call-arg]
-        except TypeError:  # a reader without filesystem=: the progress log is left out
-            return ProgressLog(location=path)
-    return read_progress_tail(path, since, query_id=query_id)
+    """The progress log's records of batch ids ``>= since`` (its end only), fresh."""
+    _forget(filesystem, path)
+    return read_progress_tail(path, since, query_id=query_id, filesystem=filesystem)
 
 
 def _progress_whole(path: str, filesystem: Any) -> ProgressLog:
-    if filesystem is not None:
-        try:
-            return read_progress_log(path, filesystem=filesystem)  # type: ignore[call-arg]
-        except TypeError:
-            return ProgressLog(location=path)
-    return read_progress_log(path)
+    """The whole progress log, fresh."""
+    _forget(filesystem, path)
+    return read_progress_log(path, filesystem=filesystem)
 
 
 def _exists(path: str, filesystem: Any) -> bool:

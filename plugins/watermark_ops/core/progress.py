@@ -19,6 +19,8 @@ Pure core: no Airflow, no Spark.
 from __future__ import annotations
 
 import json
+import os
+import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -73,15 +75,66 @@ class ProgressLog:
     complete: bool = True
 
 
-def _open(location: str):
-    """A binary file object on ``location`` (a plain local path with ``open``, else through fsspec)."""
-    text = str(location)
-    if "://" not in text and "::" not in text and not text.startswith(("file:", "local:")):
-        return open(text, "rb")  # noqa: SIM115 - the caller closes it
-    import fsspec
+class _Reader:
+    """Reads one file, whole or by byte range: a plain local path with ``open``, anything else
+    through fsspec (the ``filesystem`` given, else ``fsspec.core.url_to_fs`` with
+    ``storage_options``): one GET for a whole read, a HEAD and ranged GETs for a tail read, each
+    retried within :data:`watermark_ops.core.checkpoint.RETRY_DELAYS_S` when the filesystem is
+    remote and the error is not a missing file."""
 
-    fs, path = fsspec.core.url_to_fs(text)
-    return fs.open(path, "rb")
+    def __init__(self, location: Any, filesystem: Any = None, storage_options: dict[str, Any] | None = None):
+        text = str(location)
+        self.fs: Any = None
+        self.path = text
+        if filesystem is not None:
+            self.fs = filesystem
+        elif storage_options or "://" in text or "::" in text or text.startswith(("file:", "local:")):
+            import fsspec
+
+            self.fs, self.path = fsspec.core.url_to_fs(text, **(storage_options or {}))
+        protocol = None
+        if self.fs is not None:
+            protocol = self.fs.protocol if isinstance(self.fs.protocol, str) else self.fs.protocol[0]
+        self.remote = protocol not in (None, "file", "local", "memory")
+
+    def _retrying(self, call: Any) -> Any:
+        from watermark_ops.core.checkpoint import RETRY_DELAYS_S
+
+        delays = list(RETRY_DELAYS_S) if self.remote else []
+        while True:
+            try:
+                return call()
+            except FileNotFoundError:
+                raise
+            except Exception:
+                if not delays:
+                    raise
+                time.sleep(delays.pop(0))
+
+    def whole(self) -> bytes:
+        """The whole file. :raises FileNotFoundError: / :raises OSError:"""
+        if self.fs is None:
+            with open(self.path, "rb") as handle:
+                return handle.read()
+        return self._retrying(lambda: self.fs.cat_file(self.path))
+
+    def size(self) -> int:
+        """The file's size in bytes (fresh: not from a cached listing)."""
+        if self.fs is None:
+            return os.stat(self.path).st_size
+        try:
+            self.fs.invalidate_cache(self.path)
+        except Exception:  # noqa: BLE001 - a filesystem without a cache
+            pass
+        return self._retrying(lambda: self.fs.size(self.path))
+
+    def range(self, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)``."""
+        if self.fs is None:
+            with open(self.path, "rb") as handle:
+                handle.seek(start)
+                return handle.read(end - start)
+        return self._retrying(lambda: self.fs.cat_file(self.path, start=start, end=end))
 
 
 def _parse_lines(log: ProgressLog, data: bytes, first_offset: int, numbered: bool) -> None:
@@ -107,15 +160,17 @@ def _parse_lines(log: ProgressLog, data: bytes, first_offset: int, numbered: boo
         log.problems.append(f"{where}: {problem}")
 
 
-def read_progress_log(location: str) -> ProgressLog:
+def read_progress_log(location: str, *, filesystem: Any = None,
+                      storage_options: dict[str, Any] | None = None) -> ProgressLog:
     """Read the whole log at ``location`` (local path or fsspec URL); a missing file is an empty log.
 
+    :param filesystem: an fsspec filesystem to read ``location`` (a path or URL on it) with.
+    :param storage_options: passed to ``fsspec.core.url_to_fs`` (credentials, endpoint).
     :raises OSError: when the file exists but cannot be read.
     """
     log = ProgressLog(location=str(location))
     try:
-        with _open(location) as handle:
-            data = handle.read()
+        data = _Reader(location, filesystem, storage_options).whole()
     except FileNotFoundError:
         return log
     _parse_lines(log, data, 0, numbered=True)
@@ -123,7 +178,8 @@ def read_progress_log(location: str) -> ProgressLog:
 
 
 def read_progress_tail(location: str, since_batch_id: int, *, query_id: str | None = None,
-                       max_bytes: int = TAIL_MAX_BYTES) -> ProgressLog:
+                       max_bytes: int = TAIL_MAX_BYTES, filesystem: Any = None,
+                       storage_options: dict[str, Any] | None = None) -> ProgressLog:
     """Read the end of the log at ``location``: the records of batch ids ``>= since_batch_id``.
 
     Reads blocks backwards from the end of the file (64 KiB, doubling) until the first whole line
@@ -138,29 +194,29 @@ def read_progress_tail(location: str, since_batch_id: int, *, query_id: str | No
     :param query_id: the checkpoint's query id; records of other queries are left out. None if
         unknown (the query is then not checked).
     :param max_bytes: the most read from the end; when reached first, ``complete`` is False.
+    :param filesystem: / storage_options: as for :func:`read_progress_log` (on object storage: one
+        HEAD for the size, then one ranged GET per block read).
     :return: a :class:`ProgressLog` (``start_offset``, ``complete``); a missing file is an empty log.
     :raises OSError: when the file exists but cannot be read.
     """
     log = ProgressLog(location=str(location))
+    reader = _Reader(location, filesystem, storage_options)
     try:
-        handle = _open(location)
+        end = reader.size()
     except FileNotFoundError:
         return log
-    with handle:
-        end = handle.seek(0, 2)
-        start, block, data = end, _TAIL_BLOCK, b""
-        while start > 0:
-            start = max(0, start - block, end - max_bytes)
-            handle.seek(start)
-            data = handle.read(end - start)
-            whole = data if start == 0 else data[data.find(b"\n") + 1:] if b"\n" in data else b""
-            if start == 0 or _precedes(whole, since_batch_id, query_id):
-                break
-            if end - start >= max_bytes:
-                log.complete = False
-                break
-            block *= 2
-        skipped = 0 if start == 0 else (data.find(b"\n") + 1 if b"\n" in data else len(data))
+    start, block, data = end, _TAIL_BLOCK, b""
+    while start > 0:
+        start = max(0, start - block, end - max_bytes)
+        data = reader.range(start, end)
+        whole = data if start == 0 else data[data.find(b"\n") + 1:] if b"\n" in data else b""
+        if start == 0 or _precedes(whole, since_batch_id, query_id):
+            break
+        if end - start >= max_bytes:
+            log.complete = False
+            break
+        block *= 2
+    skipped = 0 if start == 0 else (data.find(b"\n") + 1 if b"\n" in data else len(data))
     log.start_offset = start + skipped
     _parse_lines(log, data[skipped:], log.start_offset, numbered=start == 0)
     log.records = [r for r in log.records if r["batch_id"] >= since_batch_id
@@ -234,7 +290,8 @@ def records_of_run(log: ProgressLog, run_tag: str) -> list[dict[str, Any]]:
     return [r for r in log.records if r.get("run_tag") == run_tag]
 
 
-def run_report(checkpoint: str, run_tag: str, quarantine_checkpoint: str | None = None) -> dict[str, Any]:
+def run_report(checkpoint: str, run_tag: str, quarantine_checkpoint: str | None = None, *,
+               filesystem: Any = None, storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
     """What one DAG run's restart of a job did, from the progress logs beside its checkpoints.
 
     :param checkpoint: the main query's checkpoint; its log is ``<checkpoint>.progress.jsonl``.
@@ -246,8 +303,10 @@ def run_report(checkpoint: str, run_tag: str, quarantine_checkpoint: str | None 
         ``observed_metrics["quarantine"]``; zeros included), ``last_watermark`` (ISO-8601 UTC or
         None) and ``progress_log_problems`` (lines of either log that could not be read, each naming file and line).
     """
-    main = read_progress_log(progress_log_path(checkpoint))
-    quarantine = read_progress_log(progress_log_path(quarantine_checkpoint or checkpoint.rstrip("/") + "_quarantine"))
+    where = {"filesystem": filesystem, "storage_options": storage_options}
+    main = read_progress_log(progress_log_path(checkpoint), **where)
+    quarantine = read_progress_log(progress_log_path(quarantine_checkpoint or checkpoint.rstrip("/") + "_quarantine"),
+                                   **where)
     report = summarize_run(records_of_run(main, run_tag))
     kept_aside = summarize_run(records_of_run(quarantine, run_tag))
     report["quarantined_rows"] = kept_aside["quarantined_rows"]

@@ -142,7 +142,8 @@ class SourceLog:
     newest: int | None = None
 
 
-def read_source_log(storage: Any, folder: str, log_offsets: Iterable[int]) -> SourceLog:
+def read_source_log(storage: Any, folder: str, log_offsets: Iterable[int], *,
+                    listings: dict[str, Any] | None = None) -> SourceLog:
     """Read the entries of ``log_offsets`` from the file source log at ``folder``.
 
     For each log offset ``k``: the file ``k`` or ``k.compact`` when it exists (entries with
@@ -154,7 +155,11 @@ def read_source_log(storage: Any, folder: str, log_offsets: Iterable[int]) -> So
     :param log_offsets: the log offsets wanted (e.g. ``range(start + 1, end + 1)`` for a batch), at
         most :data:`MAX_LOG_OFFSETS_PER_READ` of them: more is reported (``too_many``) and nothing is
         read; a ``range`` is measured without being expanded.
-    :return: a :class:`SourceLog`; never raises for bad content or a missing folder.
+    :param listings: a dict kept by the caller across reads of one moment (e.g. one ledger): the
+        folder is then listed once (freshly) and its names reused; None lists at every call.
+    :return: a :class:`SourceLog`; never raises for bad content or a missing folder. A listed
+        file that cannot be read is read again within
+        :data:`watermark_ops.core.checkpoint.RETRY_DELAYS_S` on a remote filesystem.
     """
     shown = storage.display(folder)
     problems: list[ReadProblem] = []
@@ -172,7 +177,7 @@ def read_source_log(storage: Any, folder: str, log_offsets: Iterable[int]) -> So
         return SourceLog(shown, {}, {}, tuple(problems))
     wanted = sorted(set(log_offsets))
     try:
-        names = storage.names(folder)
+        names = _names(storage, folder, listings)
     except FileNotFoundError:
         names = []
         if wanted:
@@ -234,6 +239,26 @@ def read_source_log(storage: Any, folder: str, log_offsets: Iterable[int]) -> So
         files[k] = own
         read_from[k] = storage.display(path)
     return SourceLog(shown, files, read_from, tuple(problems), newest)
+
+
+def _names(storage: Any, folder: str, listings: dict[str, Any] | None) -> list[str]:
+    """The folder's names, listed once per ``listings`` (thread-safe: one listing per folder)."""
+    if listings is None:
+        return storage.names(folder)
+    import threading
+
+    lock = listings.setdefault("__lock__", threading.Lock())
+    with lock:
+        entry = listings.get(folder)
+        if entry is None:
+            try:
+                entry = ("ok", storage.names(folder))
+            except Exception as exc:  # noqa: BLE001 - raised again below, for each caller
+                entry = ("error", exc)
+            listings[folder] = entry
+    if entry[0] == "error":
+        raise entry[1]
+    return entry[1]
 
 
 def _runs(ids: list[int]) -> list[tuple[int, int]]:

@@ -165,6 +165,7 @@ __all__ = [
     "classify",
     "classify_at",
     "evaluate",
+    "evaluate_tail",
     "read_recent",
     "needs_state_metadata",
     "recent_batches",
@@ -660,7 +661,8 @@ def needs_state_metadata(checkpoint: Checkpoint) -> bool:
 
 
 def state_metadata_of(checkpoint: Checkpoint, location: Any = None,
-                      storage_options: dict[str, Any] | None = None) -> tuple[StateMetadata | None, list[str]]:
+                      storage_options: dict[str, Any] | None = None, *,
+                      filesystem: Any = None) -> tuple[StateMetadata | None, list[str]]:
     """The state operators' metadata when :func:`needs_state_metadata`, else None; and its problems
     as messages (``"<kind>: <file>: <message>"``). Read from ``location`` (default the
     checkpoint's own location) with :func:`watermark_ops.core.checkpoint.read_state_metadata`."""
@@ -668,14 +670,15 @@ def state_metadata_of(checkpoint: Checkpoint, location: Any = None,
         return None, []
     try:
         state = read_state_metadata(checkpoint.location if location is None else location,
-                                    storage_options=storage_options)
+                                    filesystem=filesystem, storage_options=storage_options)
     except Exception as exc:  # noqa: BLE001 - evidence missing, not a failed classification
         return None, [f"state metadata of {checkpoint.location} cannot be read: {exc!r}"]
     return state, [f"{p.kind}: {p.file}: {p.message}" for p in state.problems]
 
 
 def classify_at(checkpoint: Checkpoint, thresholds: Thresholds = DEFAULT_THRESHOLDS, at_ms: int | None = None,
-                progress_log: str | None = None, *, storage_options: dict[str, Any] | None = None) -> Classification:
+                progress_log: str | None = None, *, storage_options: dict[str, Any] | None = None,
+                filesystem: Any = None) -> Classification:
     """:func:`classify` with the job's progress log read first: only its end, the records of the
     batches the checkpoint holds (:func:`watermark_ops.core.progress.read_progress_tail`, from
     the oldest batch read; at most :data:`watermark_ops.core.progress.TAIL_MAX_BYTES`).
@@ -688,8 +691,9 @@ def classify_at(checkpoint: Checkpoint, thresholds: Thresholds = DEFAULT_THRESHO
         is not "after the evaluation instant").
     :param progress_log: the log's location; default beside the checkpoint,
         ``<checkpoint>.progress.jsonl`` (:func:`watermark_ops.core.progress.progress_log_path`).
-    :param storage_options: fsspec options to read the state metadata with (only while the
-        watermark is 0, :func:`state_metadata_of`).
+    :param storage_options: / filesystem: fsspec options, or an fsspec filesystem, to read the
+        progress log and the state metadata (only while the watermark is 0,
+        :func:`state_metadata_of`) with; as for :func:`~watermark_ops.core.checkpoint.read_checkpoint`.
     :raises CheckpointMissing: / :raises StallInputError: see :func:`classify`.
     """
     path = progress_log or progress_log_path(checkpoint.location)
@@ -697,14 +701,15 @@ def classify_at(checkpoint: Checkpoint, thresholds: Thresholds = DEFAULT_THRESHO
     extra: list[str] = []
     if checkpoint.batches:  # without a batch the progress log adds nothing
         try:
-            log = read_progress_tail(path, checkpoint.batches[0].batch_id, query_id=checkpoint.query_id)
+            log = read_progress_tail(path, checkpoint.batches[0].batch_id, query_id=checkpoint.query_id,
+                                     filesystem=filesystem, storage_options=storage_options)
             records, extra = log.records, list(log.problems)
             if not log.complete:
                 extra.append(f"progress log {path}: read from byte {log.start_offset} on only (the last "
                              f"{TAIL_MAX_BYTES} bytes): records of the oldest batches read may be missing")
         except OSError as exc:
             extra.append(f"progress log {path} cannot be read: {exc!r}")
-    state, state_problems = state_metadata_of(checkpoint, storage_options=storage_options)
+    state, state_problems = state_metadata_of(checkpoint, storage_options=storage_options, filesystem=filesystem)
     return classify(checkpoint, records, thresholds, now_ms() if at_ms is None else at_ms, extra + state_problems,
                     state_metadata=state)
 
@@ -717,7 +722,8 @@ def recent_batches(thresholds: Thresholds = DEFAULT_THRESHOLDS) -> int:
 
 
 def read_recent(location: Any, thresholds: Thresholds = DEFAULT_THRESHOLDS, *, at_ms: int | None = None,
-                storage_options: dict[str, Any] | None = None, newest: int | None = None) -> Checkpoint:
+                storage_options: dict[str, Any] | None = None, newest: int | None = None,
+                filesystem: Any = None) -> Checkpoint:
     """The bounded read every poke uses (``status``, :func:`evaluate`, the sensors and trigger).
 
     ``read_checkpoint(location, newest=recent_batches(thresholds))``: three listings,
@@ -726,7 +732,7 @@ def read_recent(location: Any, thresholds: Thresholds = DEFAULT_THRESHOLDS, *, a
     past), the read is widened until they are, or everything is read: classifying at a past
     instant gives what a read of the whole checkpoint gives for the batches before it.
 
-    :param location: see :func:`watermark_ops.core.checkpoint.read_checkpoint`.
+    :param location: / filesystem: / storage_options: see :func:`watermark_ops.core.checkpoint.read_checkpoint`.
     :param at_ms: the evaluation instant (epoch ms UTC), None for now (never widened).
     :param newest: the number of newest batches to read (default :func:`recent_batches`).
     :return: a :class:`~watermark_ops.core.checkpoint.Checkpoint` (``complete``, ``unread_batches``
@@ -734,18 +740,19 @@ def read_recent(location: Any, thresholds: Thresholds = DEFAULT_THRESHOLDS, *, a
     :raises ValueError: ``newest`` below 1.
     """
     wanted = recent_batches(thresholds) if newest is None else newest
-    checkpoint = read_checkpoint(location, storage_options=storage_options, newest=wanted)
+    checkpoint = read_checkpoint(location, filesystem=filesystem, storage_options=storage_options, newest=wanted)
     while at_ms is not None and not checkpoint.complete:
         before = sum(1 for b in checkpoint.batches if b.timestamp_ms is not None and b.timestamp_ms <= at_ms)
         if before >= wanted:
             break
-        checkpoint = read_checkpoint(location, storage_options=storage_options,
+        checkpoint = read_checkpoint(location, filesystem=filesystem, storage_options=storage_options,
                                      newest=len(checkpoint.batches) - before + wanted)
     return checkpoint
 
 
 def evaluate(location: Any, thresholds: Thresholds = DEFAULT_THRESHOLDS, *, at: Any = None,
-             storage_options: dict[str, Any] | None = None, with_progress_log: bool = True) -> Classification:
+             storage_options: dict[str, Any] | None = None, with_progress_log: bool = True,
+             filesystem: Any = None) -> Classification:
     """Read the newest batches of a checkpoint (and the end of its progress log) and classify its
     watermark at ``at``: :func:`read_recent`, then :func:`classify_at` (see "What is read" in the
     module docstring; ``history`` in the result tells what was left unread).
@@ -755,15 +762,54 @@ def evaluate(location: Any, thresholds: Thresholds = DEFAULT_THRESHOLDS, *, at: 
     :param at: the evaluation instant (:func:`watermark_ops.core.times.instant_ms`: aware datetime,
         ISO-8601 text, epoch ms); default now, taken once the files are read.
     :param storage_options: fsspec options for the checkpoint's filesystem.
+    :param filesystem: an fsspec filesystem to read the checkpoint (``location`` a path or URL on
+        it) and its progress log with (e.g. from an Airflow connection).
     :param with_progress_log: read ``<location>.progress.jsonl`` when present (a missing log is
         not an error; an unreadable one is reported in ``problems``).
     :raises CheckpointMissing: / :raises StallInputError: see :func:`classify`.
     :raises ValueError: for a bad ``at``.
     """
     at_ms = None if at is None else instant_ms(at)
-    checkpoint = read_recent(location, thresholds, at_ms=at_ms, storage_options=storage_options)
+    checkpoint = read_recent(location, thresholds, at_ms=at_ms, storage_options=storage_options, filesystem=filesystem)
+    return _classify_read(checkpoint, location, thresholds, at_ms, storage_options, filesystem, with_progress_log)
+
+
+def _classify_read(checkpoint: Checkpoint, location: Any, thresholds: Thresholds, at_ms: int | None,
+                   storage_options: dict[str, Any] | None, filesystem: Any, with_progress_log: bool) -> Classification:
     if with_progress_log and isinstance(location, str):
-        return classify_at(checkpoint, thresholds, at_ms, progress_log_path(location), storage_options=storage_options)
-    state, state_problems = state_metadata_of(checkpoint, location, storage_options)
+        return classify_at(checkpoint, thresholds, at_ms, progress_log_path(location), storage_options=storage_options,
+                           filesystem=filesystem)
+    state, state_problems = state_metadata_of(checkpoint, location, storage_options, filesystem=filesystem)
     return classify(checkpoint, (), thresholds, now_ms() if at_ms is None else at_ms, state_problems,
                     state_metadata=state)
+
+
+def evaluate_tail(location: Any, thresholds: Thresholds = DEFAULT_THRESHOLDS, previous: Any = None, *,
+                  at: Any = None, filesystem: Any = None, storage_options: dict[str, Any] | None = None,
+                  with_progress_log: bool = True) -> tuple[Classification, Any]:
+    """:func:`evaluate` over a followed tail: the same classification for the same files, at a
+    constant cost per poke whatever the history (:func:`watermark_ops.core.tail.follow`: no
+    listing while the remembered head still matches).
+
+    :param previous: the :class:`~watermark_ops.core.tail.Tail` the last call returned (or None):
+        a face keeps it between pokes (``Tail.to_dict`` / ``Tail.from_dict``).
+    :param at: / filesystem: / storage_options: / with_progress_log: as for :func:`evaluate`. An
+        ``at`` before the oldest batch held falls back to :func:`read_recent`'s widened read
+        (the tail returned is then the one followed, not widened).
+    :return: ``(classification, tail)``; keep ``tail`` for the next poke.
+    :raises CheckpointMissing: / :raises StallInputError: see :func:`classify`.
+    :raises ValueError: for a bad ``at``.
+    """
+    from watermark_ops.core.tail import follow
+
+    at_ms = None if at is None else instant_ms(at)
+    wanted = recent_batches(thresholds)
+    tail = follow(location, previous, newest=wanted, filesystem=filesystem, storage_options=storage_options)
+    checkpoint = tail.checkpoint
+    if at_ms is not None and not checkpoint.complete:
+        before = sum(1 for b in checkpoint.batches if b.timestamp_ms is not None and b.timestamp_ms <= at_ms)
+        if before < wanted:
+            checkpoint = read_recent(location, thresholds, at_ms=at_ms, storage_options=storage_options,
+                                     filesystem=filesystem)
+    return _classify_read(checkpoint, location, thresholds, at_ms, storage_options, filesystem,
+                          with_progress_log), tail

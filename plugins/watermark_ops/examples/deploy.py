@@ -8,6 +8,10 @@ as processes of their own (each the leader of its own process group, its PID rec
   port :data:`PORTS` ``postgres``), Airflow's metadata database;
 * a Spark standalone master (``spark-class org.apache.spark.deploy.master.Master``, from the pinned
   pyspark) and two workers with 1 core each;
+* a Spark Connect server on that cluster (``spark-submit --class ...SparkConnectServer``, one core,
+  ``spark.cores.max=1``, so that a spark-submit run still finds the other worker), gRPC on
+  127.0.0.1 port :data:`PORTS` ``connect``: the ``spark_connect_default`` connection, which
+  ``flights_pipeline`` uses under the deployment's ``WATERMARK_OPS_SPARK_LAUNCH`` (default ``connect``);
 * Airflow 3 with the LocalExecutor: ``airflow db migrate`` first, then ``api-server``,
   ``scheduler``, ``dag-processor`` and ``triggerer``; Airflow's ``SimpleAuthManager`` with one
   user, ``admin``, whose password is in ``<runtime>/deploy/airflow/simple_auth_manager_passwords.json``.
@@ -41,7 +45,7 @@ from watermark_ops.examples.flights.settings import REPO_ROOT, airflow_config_en
 
 HOST = "127.0.0.1"
 #: Ports on 127.0.0.1, none of them a default (a developer's own PostgreSQL, Airflow or Spark keeps its own).
-PORTS = {"postgres": 55432, "api": 28080, "spark": 17077, "spark_ui": 18081, "worker_ui": 18082}
+PORTS = {"postgres": 55432, "api": 28080, "spark": 17077, "spark_ui": 18081, "worker_ui": 18082, "connect": 15102}
 SERVICES = ("api-server", "scheduler", "dag-processor", "triggerer")
 WORKERS = 2
 
@@ -100,6 +104,10 @@ def environment() -> dict[str, str]:
         "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "True",
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": f"spark://{HOST}",
                                                   "port": PORTS["spark"], "extra": {"deploy-mode": "client"}}),
+        "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT": json.dumps({"conn_type": "spark_connect", "host": HOST,
+                                                          "port": PORTS["connect"]}),
+        # How flights_pipeline runs its Spark job here: on the Connect server unless told otherwise.
+        "WATERMARK_OPS_SPARK_LAUNCH": os.environ.get("WATERMARK_OPS_SPARK_LAUNCH", "connect"),
         "SPARK_HOME": spark_home(),
         "SPARK_LOCAL_IP": HOST,
         "PYSPARK_PYTHON": sys.executable,
@@ -197,6 +205,25 @@ def _spark(env: dict[str, str]) -> None:
             f"spark://{HOST}:{PORTS['spark']}"], env)
 
 
+def _spark_connect(env: dict[str, str]) -> None:
+    """The Spark Connect server, a client-mode application of the standalone cluster (one core)."""
+    from watermark_ops.spark.connect import server_command
+
+    _start("spark-connect", server_command(PORTS["connect"], master=f"spark://{HOST}:{PORTS['spark']}", host=HOST,
+                                           conf={"spark.cores.max": "1", "spark.sql.shuffle.partitions": "4"}), env)
+
+
+def connect_ready() -> bool:
+    """True when the Connect server's gRPC port accepts connections."""
+    import socket
+
+    try:
+        with socket.create_connection((HOST, PORTS["connect"]), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
 def master_state() -> dict | None:
     """The Spark master's JSON status (``/json/`` of its UI: ``status``, ``aliveworkers``, ``workers``), None when down."""
     state = _get_json(f"http://{HOST}:{PORTS['spark_ui']}/json/")
@@ -217,7 +244,7 @@ def _healthy(health: dict | None) -> bool:
 def up() -> dict[str, str]:
     """Start the deployment (see the module docstring) and wait until it is healthy.
 
-    :return: ``{"airflow": UI URL, "spark": master URL, "spark_ui": master UI URL}``.
+    :return: ``{"airflow": UI URL, "spark": master URL, "spark_ui": master UI URL, "connect": sc:// URL}``.
     :raises DeployError: naming the service and its log when one does not become healthy (what
         was started is stopped again).
     """
@@ -243,13 +270,15 @@ def up() -> dict[str, str]:
             _start(service, [_bin("airflow"), service], env)
         _wait("Spark master with two workers",
               lambda: (master_state() or {}).get("aliveworkers") == WORKERS, 120, "spark-master.log")
+        _spark_connect(env)
+        _wait("Spark Connect server", connect_ready, 180, "spark-connect.log")
         _wait("Airflow (api-server health: metadatabase, scheduler, dag processor, triggerer)",
               lambda: _healthy(airflow_health()), 240, "api-server.log")
     except BaseException:
         down()
         raise
     return {"airflow": f"http://{HOST}:{PORTS['api']}", "spark": f"spark://{HOST}:{PORTS['spark']}",
-            "spark_ui": f"http://{HOST}:{PORTS['spark_ui']}"}
+            "spark_ui": f"http://{HOST}:{PORTS['spark_ui']}", "connect": f"sc://{HOST}:{PORTS['connect']}"}
 
 
 def _fernet_key() -> str:
@@ -286,7 +315,7 @@ def down(grace_s: float = 30.0) -> list[str]:
     ``grace_s``); nothing else is signalled. Returns the services stopped."""
     pids = folder() / "pids"
     stopped = []
-    order = [*SERVICES, *(f"spark-worker-{i + 1}" for i in range(WORKERS)), "spark-master", "postgres"]
+    order = [*SERVICES, "spark-connect", *(f"spark-worker-{i + 1}" for i in range(WORKERS)), "spark-master", "postgres"]
     for name in order:
         pid_file = pids / f"{name}.pid"
         if not pid_file.exists():
@@ -332,6 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Deployment up in {time.monotonic() - started:.0f} s (PIDs in {folder() / 'pids'}, logs in {folder() / 'logs'}):\n"
           f"  Airflow UI      {urls['airflow']}   (log in as admin / admin)\n"
           f"  Spark master    {urls['spark']}   (UI {urls['spark_ui']})\n"
+          f"  Spark Connect   {urls['connect']}   (spark_connect_default)\n"
           f"  stop it with    make down")
     return 0
 

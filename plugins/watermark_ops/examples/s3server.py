@@ -38,7 +38,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DelayProxy", "S3Server", "aws_connection", "free_port", "start_s3_server", "upload_tree"]
+__all__ = ["DelayProxy", "S3Server", "aws_connection", "error_xml", "free_port", "start_s3_server", "upload_tree"]
 
 #: moto accepts any credentials; these are the ones botocore's docs use for local servers.
 ACCESS_KEY = "testing"
@@ -132,8 +132,11 @@ class DelayProxy:
     :param delay_s: seconds slept before forwarding each request (e.g. 0.02: a region's round trip).
     :ivar endpoint_url: where clients connect.
     :ivar counts: ``Counter`` of request kinds (``LIST``, ``GET``, ``HEAD``, ``PUT``, ...).
-    :ivar fail: optional callable ``(method, path) -> int | None``: an HTTP status to answer
-        instead of forwarding (e.g. 503 to throttle), for tests of retries.
+    :ivar fail: optional callable ``(method, path) -> None | int | (int, bytes)``: answer instead
+        of forwarding, for tests of retries: a status with S3's ``SlowDown`` error (e.g. 503, a
+        throttled request), or a status and a body sent as is (e.g. ``(404, error_xml("NoSuchKey"))``
+        for an object gone, ``(200, b"v1\n{")`` for a half-written one). ``path`` is the request's
+        path with its query (``/bucket/key?...``).
     """
 
     def __init__(self, upstream: str, delay_s: float = 0.0) -> None:
@@ -157,9 +160,9 @@ class DelayProxy:
                 body = self.rfile.read(length) if length else None
                 if proxy.delay_s:
                     time.sleep(proxy.delay_s)
-                status = proxy.fail(self.command, self.path) if proxy.fail else None
-                if status:
-                    payload = b"<Error><Code>SlowDown</Code><Message>injected</Message></Error>"
+                answer = proxy.fail(self.command, self.path) if proxy.fail else None
+                if answer:
+                    status, payload = answer if isinstance(answer, tuple) else (answer, error_xml("SlowDown"))
                     self.send_response(status)
                     self.send_header("Content-Length", str(len(payload)))
                     self.end_headers()
@@ -174,7 +177,9 @@ class DelayProxy:
                 for key, value in response.getheaders():
                     if key.lower() not in ("transfer-encoding", "connection", "content-length"):
                         self.send_header(key, value)
-                self.send_header("Content-Length", str(len(data)))
+                # A HEAD's answer has no body but tells the object's size: pass that on.
+                length = response.getheader("Content-Length") if self.command == "HEAD" else None
+                self.send_header("Content-Length", length if length is not None else str(len(data)))
                 self.end_headers()
                 if self.command != "HEAD":
                     self.wfile.write(data)
@@ -205,6 +210,11 @@ class DelayProxy:
     def storage_options(self) -> dict[str, Any]:
         """s3fs options reaching the server through this proxy."""
         return S3Server(self.endpoint_url, 0).storage_options()
+
+
+def error_xml(code: str, message: str = "injected by DelayProxy") -> bytes:
+    """An S3 error body (``<Error><Code>...``), e.g. ``NoSuchKey``, ``SlowDown``, ``AccessDenied``."""
+    return f"<Error><Code>{code}</Code><Message>{message}</Message></Error>".encode()
 
 
 def aws_connection(endpoint_url: str, **extra: Any) -> str:

@@ -36,6 +36,8 @@ What each piece does (:mod:`watermark_ops.spark.driver`, :mod:`watermark_ops.spa
   field F, or a join / deduplication on field F);
 * :func:`observe_partition_event_times` records each batch's newest event time per partition
   (``Dataset.observe``, a pass-through node);
+* :mod:`watermark_ops.spark.connect`: the same job on a Spark Connect server (``--remote sc://...``;
+  progress polled from the query instead of a listener, versions checked, bounded stop);
 * :func:`run_driver` is the exit path that survives a killed launcher (spark-submit's JVM).
 """
 
@@ -44,6 +46,8 @@ from __future__ import annotations
 from watermark_ops.spark.driver import (
     ALLOW_MULTIPLE_CONF,
     EXIT_CHECKPOINT_IN_USE,
+    EXIT_SERVER_LOST,
+    EXIT_VERSION_MISMATCH,
     FROZEN_CONFS,
     OTHER_PARTITION,
     POLICY_CONF,
@@ -72,6 +76,8 @@ from watermark_ops.spark.lock import CheckpointInUse, checkpoint_lock, lock_path
 __all__ = [
     "ALLOW_MULTIPLE_CONF",
     "EXIT_CHECKPOINT_IN_USE",
+    "EXIT_SERVER_LOST",
+    "EXIT_VERSION_MISMATCH",
     "FROZEN_CONFS",
     "OTHER_PARTITION",
     "POLICY_CONF",

@@ -124,6 +124,15 @@ RECORDED_CONFS = (*FROZEN_CONFS, ALLOW_MULTIPLE_CONF)
 CHECKPOINT_DEFAULT_POLICY = "min"
 
 SPARK_TRIGGERS = ("availableNow", "once")
+#: Over Spark Connect: how often (seconds) a run records the finished batches of a running query.
+POLL_SECONDS = 1.0
+#: The exit status of a Connect driver whose server runs another Spark release (nothing was started).
+EXIT_VERSION_MISMATCH = 4
+#: The exit status of a Connect driver that lost (or never reached) its server: the checkpoint is
+#: left as Spark left it (a batch in flight is re-run by the next run).
+EXIT_SERVER_LOST = 5
+#: How long (seconds) a driver waits for ``spark.stop()`` before it ends anyway.
+STOP_TIMEOUT_SECONDS = 20.0
 
 
 def build_session(app_name: str, master: str | None = None, shuffle_partitions: int | None = None,
@@ -322,6 +331,41 @@ def _partition_event_times(observed: dict[str, Any]) -> tuple[str | None, dict[s
     return None, None
 
 
+def observed_metrics(progress: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``{observation name: {metric: value}}`` of a ``StreamingQueryProgress`` JSON, in either shape
+    Spark writes it: a row object per name (``progress.json`` of a classic session), or, over Spark
+    Connect, ``{"values": [...], "schema": {"fields": [{"name": ...}, ...]}}`` per name (the server
+    ships the row with its schema so that the client can rebuild it). Any other entry is kept as is."""
+    metrics = {}
+    for name, row in (progress.get("observedMetrics") or {}).items():
+        if (isinstance(row, dict) and set(row) == {"values", "schema"} and isinstance(row["values"], list)
+                and isinstance(row["schema"], dict)):
+            names = [f.get("name") for f in row["schema"].get("fields") or []]
+            if len(names) == len(row["values"]):
+                row = dict(zip(names, row["values"]))
+        metrics[name] = row
+    return metrics
+
+
+def _offset(value: Any) -> Any:
+    """A source offset as Spark's classic progress JSON has it (a JSON value, ``{"logOffset": 0}``);
+    over Spark Connect the same offset arrives as its JSON text, which is parsed here."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _input_rows(progress: dict[str, Any]) -> int:
+    """``numInputRows``, or where the JSON lacks it (the progress a Spark Connect server returns for
+    ``recentProgress``) the sum of the sources' ``numInputRows``, as pyspark's own property does."""
+    if progress.get("numInputRows") is not None:
+        return int(progress["numInputRows"])
+    return sum(int(s.get("numInputRows") or 0) for s in progress.get("sources") or [])
+
+
 def progress_record(progress: dict[str, Any], run_tag: str | None, spark_trigger: str,
                     requested_conf: dict[str, str] | None = None,
                     late_rule: dict[str, Any] | None = None, spark_version: str | None = None) -> dict[str, Any]:
@@ -331,7 +375,8 @@ def progress_record(progress: dict[str, Any], run_tag: str | None, spark_trigger
     event_time = progress.get("eventTime") or {}
     operators = progress.get("stateOperators") or []
     sink = progress.get("sink") or {}
-    partition_column, partition_times = _partition_event_times(progress.get("observedMetrics") or {})
+    observed = observed_metrics(progress)
+    partition_column, partition_times = _partition_event_times(observed)
     return {
         "query_id": str(progress.get("id")),
         "run_id": str(progress.get("runId")),
@@ -343,21 +388,21 @@ def progress_record(progress: dict[str, Any], run_tag: str | None, spark_trigger
         "watermark_ms": _iso_to_ms(event_time.get("watermark")),
         "event_time_min_ms": _iso_to_ms(event_time.get("min")),
         "event_time_max_ms": _iso_to_ms(event_time.get("max")),
-        "input_rows": int(progress.get("numInputRows") or 0),
+        "input_rows": _input_rows(progress),
         "executed": "addBatch" in (progress.get("durationMs") or {}),
         "output_rows": None if (sink.get("numOutputRows") in (None, -1)) else int(sink["numOutputRows"]),
         "state_rows_removed": sum(int(op.get("numRowsRemoved") or 0) for op in operators),
         "rows_dropped_by_watermark": sum(int(op.get("numRowsDroppedByWatermark") or 0) for op in operators),
         "state_rows": sum(int(op.get("numRowsTotal") or 0) for op in operators),
         "duration_ms": progress.get("durationMs") or {},
-        "observed_metrics": progress.get("observedMetrics") or {},
+        "observed_metrics": observed,
         "partition_column": partition_column,
         "event_time_max_ms_by_partition": partition_times,
         "sources": [
             {
                 "description": s.get("description"),
-                "start_offset": s.get("startOffset"),
-                "end_offset": s.get("endOffset"),
+                "start_offset": _offset(s.get("startOffset")),
+                "end_offset": _offset(s.get("endOffset")),
                 "input_rows": int(s.get("numInputRows") or 0),
             }
             for s in progress.get("sources") or []
@@ -373,13 +418,19 @@ class ProgressRecorder:
     """Append every micro-batch of the registered queries to their progress logs, exactly once.
 
     Live: a ``StreamingQueryListener`` (Python listeners exist since Spark 3.4) writes each batch
-    as it completes, so a killed driver still leaves the batches it finished. At the end,
+    as it completes, so a killed driver still leaves the batches it finished. With ``listen=False``
+    (a Spark Connect session) no listener is added: the caller polls :meth:`flush` while the query
+    runs instead. Over Connect a Python listener runs client-side on a stream of events the server
+    sends back (SPARK-47233); on 4.2 a client with one never exited after its query stopped, and
+    ``removeListener`` then ``spark.stop()`` hung, while ``query.recentProgress`` carries the same
+    progress JSON (``eventTime`` and ``observedMetrics`` included). At the end,
     :meth:`flush` reconciles with ``query.recentProgress`` (listener events are asynchronous and
     may trail the query's termination). Files are appended through fsspec (local by default).
     """
 
-    def __init__(self, spark, run_tag: str | None, spark_trigger: str):
+    def __init__(self, spark, run_tag: str | None, spark_trigger: str, listen: bool = True):
         self._spark = spark
+        self._listen = listen
         self._run_tag = run_tag
         self._spark_trigger = spark_trigger
         self._requested_conf = {
@@ -405,7 +456,7 @@ class ProgressRecorder:
         self.flush(query)  # batches that completed before the listener knew the query
 
     def _ensure_listener(self) -> None:
-        if self._listener is not None:
+        if self._listener is not None or not self._listen:
             return
         from pyspark.sql.streaming import StreamingQueryListener
 
@@ -632,7 +683,10 @@ def run_queries(spark, plans, spark_trigger: str, run_tag: str | None,
 
 def _run_locked(spark, plans, spark_trigger: str, run_tag: str | None,
                 late_rules: dict[str, dict[str, Any] | None]) -> list[tuple[Any, list[dict[str, Any]]]]:
-    recorder = ProgressRecorder(spark, run_tag, spark_trigger)
+    from watermark_ops.spark.connect import is_connect_session
+
+    remote = is_connect_session(spark)
+    recorder = ProgressRecorder(spark, run_tag, spark_trigger, listen=not remote)
     queries = []
     try:
         for name, frame, checkpoint, output in plans:
@@ -644,13 +698,27 @@ def _run_locked(spark, plans, spark_trigger: str, run_tag: str | None,
             query = apply_spark_trigger(writer, spark_trigger).start()
             recorder.register(query, progress_log_path(checkpoint), late_rules.get(name))
             queries.append(query)
-        for query in queries:
-            query.awaitTermination()
+        if remote:  # poll: each finished batch is recorded while the query runs, as the listener does
+            for query in queries:
+                while not query.awaitTermination(POLL_SECONDS):
+                    recorder.flush(query)
+        else:
+            for query in queries:
+                query.awaitTermination()
+    except Exception as exc:
+        if remote and _server_lost(exc):
+            queries = []  # nothing left to stop or read on a server that is gone
+        raise
     finally:
         for query in queries:
-            if query.isActive:
-                query.stop()
-            recorder.flush(query)
+            try:
+                if query.isActive:
+                    query.stop()
+                recorder.flush(query)
+            except Exception as exc:  # a lost Connect server: the query's own error is the one raised
+                if not remote:
+                    raise
+                log.warning("query %s: could not stop it or read its last progress (%s)", query.id, exc)
         recorder.close()
     return [(query, recorder.records(query)) for query in queries]
 
@@ -669,7 +737,8 @@ def add_run_arguments(parser) -> None:
     """The command-line flags every job shares, which the run pattern
     (``watermark_ops.airflow.run.watermarked_run``) passes: ``--checkpoint`` (required),
     ``--trigger`` (dest ``spark_trigger``), ``--run-tag``, and ``--max-files-per-trigger``,
-    ``--master``, ``--shuffle-partitions``."""
+    ``--master``, ``--shuffle-partitions``; for the Connect launch ``--remote`` (``sc://`` URL),
+    ``--session-id`` and ``--conf KEY=VALUE`` (dest ``spark_conf``)."""
     parser.add_argument("--checkpoint", required=True, help="the query's checkpoint location (local path or URI)")
     parser.add_argument("--trigger", dest="spark_trigger", choices=list(SPARK_TRIGGERS), default="availableNow",
                         help="Spark trigger: availableNow (default) or the deprecated once")
@@ -680,26 +749,112 @@ def add_run_arguments(parser) -> None:
     parser.add_argument("--master", help="Spark master when not launched by spark-submit (e.g. local[2])")
     parser.add_argument("--shuffle-partitions", type=int,
                         help="spark.sql.shuffle.partitions (default: 2 per local core; frozen in the checkpoint)")
+    parser.add_argument("--remote", metavar="URL",
+                        help="run on a Spark Connect server (sc://host:port) instead of a Spark application of its own")
+    parser.add_argument("--session-id", metavar="UUID",
+                        help="with --remote: the server-side session to use (a supervisor stops its queries "
+                             "when it kills this driver)")
+    parser.add_argument("--conf", dest="spark_conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="with --remote: a session conf (repeatable), as spark-submit's --conf")
+
+
+def _session(app_name: str, args):
+    """The session the flags ask for: a Spark Connect client with ``--remote``, else a classic one."""
+    remote = getattr(args, "remote", None)
+    if not remote:
+        return build_session(app_name, master=args.master, shuffle_partitions=args.shuffle_partitions)
+    from watermark_ops.spark.connect import connect_session
+
+    conf = {}
+    for item in getattr(args, "spark_conf", None) or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--conf expects KEY=VALUE, got {item!r}")
+        conf[key.strip()] = value
+    if args.shuffle_partitions is not None:
+        conf["spark.sql.shuffle.partitions"] = str(args.shuffle_partitions)
+    conf.setdefault("spark.sql.session.timeZone", "UTC")
+    return connect_session(remote, getattr(args, "session_id", None), conf)
+
+
+def _server_lost(exc: BaseException) -> bool:
+    """True when ``exc`` says the Spark Connect server is unreachable or lost this client's state
+    (gRPC UNAVAILABLE, a closed channel, a session or operation the restarted server does not know)."""
+    text = f"{type(exc).__name__}: {exc}"
+    return any(marker in text for marker in (
+        "StatusCode.UNAVAILABLE", "UNAVAILABLE", "failed to connect", "Connection refused", "Socket closed",
+        "INVALID_HANDLE", "SESSION_CHANGED", "SESSION_NOT_FOUND", "OPERATION_NOT_FOUND", "Channel closed",
+        "RetriesExceeded"))
+
+
+def stop_session(spark, timeout_seconds: float = STOP_TIMEOUT_SECONDS) -> bool:
+    """``spark.stop()`` in a daemon thread, waited for at most ``timeout_seconds``.
+
+    Over Spark Connect a stop can hang (a client-side listener's event stream on 4.2); the driver
+    then ends anyway (:func:`exit_process` does not wait for threads).
+
+    :return: True when the stop returned in time.
+    """
+    done = threading.Event()
+
+    def stop() -> None:
+        try:
+            spark.stop()
+        except Exception as exc:  # noqa: BLE001 - a lost server cannot be stopped; the run's outcome stands
+            log.warning("spark.stop() failed: %s", exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=stop, name="spark-stop", daemon=True).start()
+    if not done.wait(timeout_seconds):
+        log.warning("spark.stop() did not return within %.0f s: ending the driver without it", timeout_seconds)
+        return False
+    return True
 
 
 def execute(app_name: str, args, run: Callable[[Any], dict]) -> tuple[int, dict | None]:
     """Build the session from the shared flags, call ``run(spark)``, stop the session.
 
+    With ``--remote`` the session is a Spark Connect client (:func:`watermark_ops.spark.connect.connect_session`,
+    versions checked first); otherwise a Spark application of its own (:func:`build_session`). The
+    stop is bounded (:func:`stop_session`).
+
     :param run: returns ``{query name: {"query_id", "batches", ...}}`` (logged per query).
     :return: ``(0, result)``; ``(1, None)`` after logging the query's exception;
-        ``(EXIT_CHECKPOINT_IN_USE, None)`` when another driver holds the checkpoint (logged).
+        ``(EXIT_CHECKPOINT_IN_USE, None)`` when another driver holds the checkpoint (logged);
+        ``(EXIT_VERSION_MISMATCH, None)`` when the Connect server runs another Spark release;
+        ``(EXIT_SERVER_LOST, None)`` when the Connect server cannot be reached or was lost mid-run.
     """
-    spark = build_session(app_name, master=args.master, shuffle_partitions=args.shuffle_partitions)
+    from watermark_ops.spark.connect import ConnectVersionMismatch
+
+    remote = getattr(args, "remote", None)
+    try:
+        spark = _session(app_name, args)
+    except ConnectVersionMismatch as exc:
+        log.error("not started: %s", exc)
+        return EXIT_VERSION_MISMATCH, None
+    except Exception as exc:
+        if remote and _server_lost(exc):
+            log.error("not started: the Spark Connect server %s cannot be reached: %s", remote, exc)
+            return EXIT_SERVER_LOST, None
+        raise
+    lost = False
     try:
         result = run(spark)
     except CheckpointInUse as exc:
         log.error("not started: %s", exc)
         return EXIT_CHECKPOINT_IN_USE, None
     except Exception as exc:  # the query's exception, then a non-zero exit
+        if remote and _server_lost(exc):
+            lost = True
+            log.error("the Spark Connect server %s was lost during the run (down or restarted): %s. The checkpoint "
+                      "is restartable: the next run re-runs the batch in flight", remote, exc)
+            return EXIT_SERVER_LOST, None
         log.error("streaming query failed: %s", exc)
         return 1, None
     finally:
-        spark.stop()
+        if not lost:
+            stop_session(spark)
     for name, info in result.items():
         log.info("%s (query %s): %d micro-batches this run", name, info["query_id"], len(info["batches"]))
     return 0, result

@@ -210,11 +210,12 @@ def test_the_demo_s_fresh_start_forgets_the_deleted_checkpoints_memories(test_da
 def test_checkpoint_memory_keys_are_the_operators_keys():
     from airflow.sdk import Asset
 
-    from watermark_ops.airflow.memory import AssetStateStoreMemory, checkpoint_memory_keys
+    from watermark_ops.airflow.memory import AssetStateStoreMemory, TailMemory, checkpoint_memory_keys
     from watermark_ops.airflow.partitions import WatermarkPartitionsOperator
 
     location = "/data/cp/"
     partitions = [WatermarkPartitionsOperator(task_id=f"p_{grain}", checkpoint=location, asset=Asset(name="days"),
                                               since="2013-01-01T00:00:00Z", grain=grain).memory_key()
                   for grain in ("day", "hour")]
-    assert checkpoint_memory_keys(location) == [AssetStateStoreMemory(None).key(location), *partitions]
+    assert checkpoint_memory_keys(location) == [AssetStateStoreMemory(None).key(location), *partitions,
+                                                TailMemory.key(location)]

@@ -76,7 +76,7 @@ def test_an_audit_registers_its_checkpoint_for_the_pages_and_the_monitor(spark, 
         reply = client.get(link, follow_redirects=False)
         assert reply.status_code == 307 and reply.headers["location"] == row["url"]
 
-    # The monitor: its checkpoints task lists it (default thresholds, skip while missing).
+    # The monitor: its watch task lists it (default thresholds, skip while missing).
     from airflow.dag_processing.dagbag import DagBag
 
     from tests.dags.test_watermark_monitor import DAG_FILE
@@ -85,10 +85,11 @@ def test_an_audit_registers_its_checkpoint_for_the_pages_and_the_monitor(spark, 
     with sf.AlertServer() as server, pytest.MonkeyPatch.context() as patch:
         patch.setenv("AIRFLOW_CONN_WATERMARK_OPS_WEBHOOK", server.connection("/watermarks"))
         monitor_run = monitor.test()
-    assert sf.xcoms(monitor_run)[("checkpoints", -1, "return_value")] == [{"checkpoint": checkpoint, "missing_ok": True}]
-    # Its sensor registered it too (the monitor's DAG id is added; its thresholds are not read back).
-    assert {t["dag_id"] for t in registry_rows()[record_key(checkpoint)][0]["tasks"]} == {
-        "wo_registry_audit", "watermark_monitor"}
+    summary = sf.xcoms(monitor_run)[("watch", -1, "summary")]
+    # Registered with no thresholds: the defaults, whose max_lag of 6 hours a replay of 2013 exceeds.
+    assert (summary["checkpoints"], summary["counts"], summary["alarms"]) == (1, {"lagging": 1}, [checkpoint])
+    # The monitor only reads the registry (it is no job of the checkpoint's).
+    assert {t["dag_id"] for t in registry_rows()[record_key(checkpoint)][0]["tasks"]} == {"wo_registry_audit"}
 
 
 def test_registration_is_idempotent_and_never_fails_the_task(spark, airflow_db, no_config, tmp_path):

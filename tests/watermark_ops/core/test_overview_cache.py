@@ -68,6 +68,12 @@ def _add(root, first: int, chain) -> None:
             cf.put(str(root), f"commits/{batch_id}", cf.commit_text(next_watermark))
 
 
+def _record(batch_id: int) -> str:
+    """One progress-log line of batch ``batch_id`` (the fields the classification reads)."""
+    return json.dumps({"batch_id": batch_id, "query_id": "7d1b2a3c-0000-4000-8000-000000000001",
+                       "run_id": "r1", "num_input_rows": 10, "timestamp": "2023-11-14T22:13:20.000Z"}) + "\n"
+
+
 def _same_as_whole_read(memory, location) -> dict:
     row = row_of(memory, THRESHOLDS, at_ms=AT)
     assert row == overview_row(location, THRESHOLDS, at_ms=AT)
@@ -165,15 +171,11 @@ def test_the_progress_log_record_of_the_head_is_picked_up_after_its_commit(tmp_p
     cf.handmade_checkpoint(str(root), _chain(4))
     log = tmp_path / "cp.progress.jsonl"
 
-    def record(batch_id):
-        return json.dumps({"batch_id": batch_id, "query_id": "7d1b2a3c-0000-4000-8000-000000000001",
-                           "run_id": "r1", "num_input_rows": 10, "timestamp": "2023-11-14T22:13:20.000Z"}) + "\n"
-
-    log.write_text("".join(record(i) for i in range(3)))
+    log.write_text("".join(_record(i) for i in range(3)))
     memory = advance(str(root), None, newest=NEWEST)
     assert [r["batch_id"] for r in memory.progress.records] == [0, 1, 2]
     with log.open("a") as handle:
-        handle.write(record(3))
+        handle.write(_record(3))
     memory = advance(str(root), memory, newest=NEWEST)
     assert [r["batch_id"] for r in memory.progress.records] == [0, 1, 2, 3]
     _same_as_whole_read(memory, str(root))
@@ -256,6 +258,7 @@ def test_on_a_real_s3_api_a_repeat_view_is_two_gets_and_a_new_batch_is_seen(s3_s
     cf.handmade_checkpoint(str(local), _chain(30))
     direct = s3_server.filesystem()
     upload_tree(direct, local, "s3://overview-cache/cp")
+    direct.pipe_file("overview-cache/cp.progress.jsonl", "".join(_record(i) for i in range(30)).encode())
     proxy = DelayProxy(s3_server.endpoint_url)
     try:
         fs = s3_server.filesystem(client_kwargs={"endpoint_url": proxy.endpoint_url, "region_name": "us-east-1"})
@@ -268,11 +271,13 @@ def test_on_a_real_s3_api_a_repeat_view_is_two_gets_and_a_new_batch_is_seen(s3_s
         assert dict(proxy.counts) == {"GET": 2, "HEAD": 1} and again.reads["batch_files"] == 0
         direct.pipe({"overview-cache/cp/offsets/30": cf.offsets_text(BASE + 30 * MINUTE, 1_700_000_000_000 + 30 * MINUTE,
                                                                      sources=[{"logOffset": 30}]).encode(),
-                     "overview-cache/cp/commits/30": cf.commit_text(BASE + 31 * MINUTE).encode()})
+                     "overview-cache/cp/commits/30": cf.commit_text(BASE + 31 * MINUTE).encode(),
+                     "overview-cache/cp.progress.jsonl": "".join(_record(i) for i in range(31)).encode()})
         proxy.reset()
         grown = advance("s3://overview-cache/cp", again, newest=NEWEST, filesystem=fs)
         assert grown.window.head_batch_id == 30 and grown.reads["mode"] == "incremental"
         assert proxy.counts["LIST"] == 0
+        assert [r["batch_id"] for r in grown.progress.records][-2:] == [29, 30]  # the log's end, read again
         row = row_of(grown, THRESHOLDS, at_ms=AT)
         assert row["head_batch_id"] == 30 and row["findings"] == 0 and row["error"] is None
     finally:

@@ -1,0 +1,335 @@
+"""One monitor for many checkpoints: a whole cycle in one task, the alarms mapped to notifications.
+
+The ``watermark_monitor`` DAG (``dags/watermark_monitor.py``) runs two tasks per cycle:
+
+* ``watch`` (one task instance, the registry as inlet): :func:`watch_cycle` lists the known
+  checkpoints (:func:`watermark_ops.airflow.registry.monitor_checkpoints`), evaluates them
+  concurrently in a bounded thread pool (:func:`evaluate_checkpoints`; each checkpoint through its
+  own ``conn_id`` / ``storage_options``, :func:`watermark_ops.airflow.storage.checkpoint_filesystem`)
+  and returns the alarms in full (``return_value``: Airflow maps only over a task's return value);
+  the counts per state go to the XCom ``summary``. Both stay small whatever the number of
+  checkpoints: nothing of a healthy checkpoint is kept.
+* ``alarm`` (mapped over that list: one task instance per alarm, one skipped instance when there
+  is none): :func:`raise_alarm` names the checkpoint (the map index)
+  and fails with :class:`watermark_ops.airflow.sensors.WatermarkAlarm`, whose payload the
+  ``on_failure_callback`` (:class:`watermark_ops.airflow.notifiers.WatermarkWebhookNotifier`) posts.
+
+So a cycle costs 2 task instances, or 1 plus one per alarm, whatever the number of
+checkpoints (the issue 21 measurement: one sensor task instance per checkpoint cost 1.4 s of
+scheduling each for about 2 ms of work).
+
+One checkpoint's evaluation (:func:`evaluate_entry`) never hides another's: a checkpoint that
+cannot be read (a corrupt offsets file, a missing connection, storage errors) becomes an alarm of
+its own (``state`` None, ``unreadable`` in the counts, the message and problems naming the files);
+a missing checkpoint with ``missing_ok`` is counted as ``missing`` and skipped (not an alarm).
+
+Between cycles the monitor remembers what it read (:class:`TailCache`, one small JSON file per
+checkpoint under ``$AIRFLOW_HOME/watermark_ops/monitor_tails`` on each worker: the
+:class:`watermark_ops.core.tail.Tail` of the last cycle, keyed by location and connection; its
+query id is checked against the checkpoint's ``metadata``): a cycle over unchanged checkpoints
+then costs a constant, small number of requests per checkpoint
+(:func:`watermark_ops.core.stall.evaluate_tail`: ``metadata``, the remembered head's commit when
+it was in flight, ``offsets/<head+1>``, no LIST). A lost, stale or unreadable memory only costs a
+full read of that checkpoint's window.
+
+Imports Airflow (``airflow.sdk``) only through the functions that need it: the DAG file imports
+nothing of this module at parse time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Iterable
+
+__all__ = [
+    "SUMMARY_KEY",
+    "TailCache",
+    "default_cache_folder",
+    "MONITOR_CONCURRENCY",
+    "evaluate_checkpoints",
+    "evaluate_entry",
+    "raise_alarm",
+    "summarize",
+    "watch_cycle",
+]
+
+log = logging.getLogger(__name__)
+
+#: Checkpoints evaluated at once by :func:`evaluate_checkpoints` (threads of one worker process).
+#: Each evaluation's own concurrent reads are bounded by the core
+#: (:data:`watermark_ops.core.checkpoint.MAX_CONCURRENT_READS`) and by the connection pool of the
+#: filesystem shared by the checkpoints of one connection (``max_pool_connections``).
+MONITOR_CONCURRENCY = 16
+#: The XCom key of the ``watch`` task's summary (its ``return_value`` is the alarms, mapped over).
+SUMMARY_KEY = "summary"
+#: Counted outcomes besides the classification states (:data:`watermark_ops.core.stall.STATES`).
+MISSING, UNREADABLE = "missing", "unreadable"
+
+
+def _thresholds(entry: dict[str, Any]) -> Any:
+    from watermark_ops.airflow.config import THRESHOLD_KEYS
+    from watermark_ops.core.thresholds import Thresholds
+
+    return Thresholds(**{k: entry[k] for k in THRESHOLD_KEYS if k in entry})
+
+
+def _unreadable(entry: dict[str, Any], message: str, problems: Iterable[Any] = ()) -> dict[str, Any]:
+    return {"location": entry["checkpoint"], "name": entry.get("name") or entry["checkpoint"], "state": None,
+            "alarm": True, "outcome": "fail", "message": message, "problems": list(problems)}
+
+
+def default_cache_folder() -> Path:
+    """``$AIRFLOW_HOME/watermark_ops/monitor_tails`` (``~/airflow`` when ``AIRFLOW_HOME`` is unset):
+    the worker's own disk, as Airflow keeps its logs and DAG bundles there."""
+    home = os.environ.get("AIRFLOW_HOME") or os.path.join(os.path.expanduser("~"), "airflow")
+    return Path(home) / "watermark_ops" / "monitor_tails"
+
+
+class TailCache:
+    """What the previous cycle read of each checkpoint, one JSON file per checkpoint in ``folder``.
+
+    A file is ``<sha256 of "conn_id|location">.json`` holding ``{"location": str, "conn_id": str |
+    None, "tail": Tail.to_dict()}`` (a few KB: the window of newest batches). Written atomically
+    (a temporary file renamed over it), only when the tail changed; a file that cannot be read or
+    parsed is ignored (a full read of that checkpoint, logged at debug), never an error. Thread-safe:
+    each checkpoint has its own file.
+
+    :param folder: where the files live (created on first write).
+    """
+
+    def __init__(self, folder: str | os.PathLike) -> None:
+        self.folder = Path(folder)
+
+    @staticmethod
+    def key(location: str, conn_id: str | None) -> str:
+        """The file name stem of a checkpoint read through a connection (``conn_id`` None: its default)."""
+        return hashlib.sha256(f"{conn_id or ''}|{location}".encode()).hexdigest()
+
+    def _path(self, location: str, conn_id: str | None) -> Path:
+        return self.folder / f"{self.key(location, conn_id)}.json"
+
+    def load(self, location: str, conn_id: str | None) -> dict[str, Any] | None:
+        """The remembered ``Tail.to_dict()`` of ``location`` (read through ``conn_id``), or None."""
+        path = self._path(location, conn_id)
+        try:
+            record = json.loads(path.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            log.debug("monitor memory %s unreadable (%r): a full read of %s", path, exc, location)
+            return None
+        if (not isinstance(record, dict) or record.get("location") != location
+                or record.get("conn_id") != conn_id or not isinstance(record.get("tail"), dict)):
+            return None
+        return record["tail"]
+
+    def store(self, location: str, conn_id: str | None, tail: dict[str, Any],
+              previous: dict[str, Any] | None = None) -> bool:
+        """Remember ``tail`` (a ``Tail.to_dict()``) unless it equals ``previous`` but for its
+        ``requests``; returns whether a file was written. An ``OSError`` is logged, not raised."""
+        if previous is not None and _same_tail(tail, previous):
+            return False
+        path = self._path(location, conn_id)
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            temporary = path.with_suffix(f".{os.getpid()}.{id(tail)}.tmp")
+            temporary.write_text(json.dumps({"location": location, "conn_id": conn_id, "tail": tail},
+                                            separators=(",", ":")))
+            os.replace(temporary, path)
+            return True
+        except OSError as exc:
+            log.warning("monitor memory %s not written (%r): the next cycle reads %s whole", path, exc, location)
+            return False
+
+    def prune(self, keep: Iterable[tuple[str, str | None]]) -> int:
+        """Delete the files of checkpoints not in ``keep`` (``(location, conn_id)`` pairs): no
+        longer watched. Returns how many were deleted."""
+        wanted = {f"{self.key(location, conn_id)}.json" for location, conn_id in keep}
+        deleted = 0
+        try:
+            names = os.listdir(self.folder)
+        except OSError:
+            return 0
+        for name in names:
+            if name.endswith(".json") and name not in wanted:
+                try:
+                    os.remove(self.folder / name)
+                    deleted += 1
+                except OSError:
+                    pass
+        return deleted
+
+
+def _same_tail(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return {k: v for k, v in a.items() if k != "requests"} == {k: v for k, v in b.items() if k != "requests"}
+
+
+def evaluate_entry(entry: dict[str, Any], *, at: Any = None, cache: TailCache | None = None) -> dict[str, Any]:
+    """Evaluate one watched checkpoint; never raises.
+
+    :param entry: one item of :func:`watermark_ops.airflow.registry.monitor_checkpoints`:
+        ``{"checkpoint": location, "missing_ok": bool, "name"?: str, "conn_id"?: str,
+        "storage_options"?: dict, <threshold>: value, ...}``.
+    :param at: the evaluation instant (see :func:`watermark_ops.core.stall.evaluate`); default
+        now, taken once the checkpoint's files are read.
+    :param cache: the previous cycles' memory (:class:`TailCache`); None: a full read of the
+        window, nothing remembered.
+    :return: ``{"counted": state | "missing" | "unreadable", "alarm": bool, "payload": dict | None,
+        "requests": {"list": n, "get": n, "head": n} | None (what the read cost), "remembered": bool
+        (a previous tail was found)}``; ``payload`` (for an alarm; None otherwise) is what a
+        ``WatermarkStallSensor`` would push: the classification
+        (:meth:`~watermark_ops.core.stall.Classification.to_dict`) plus ``outcome`` (``"fail"``),
+        ``message`` and ``name``; for an unreadable checkpoint ``{"location", "name", "state": None,
+        "alarm": True, "outcome": "fail", "message", "problems": [ReadProblem dict | str]}``.
+    """
+    from watermark_ops.core import stall
+    from watermark_ops.core.stall import CheckpointMissing, StallInputError
+
+    location = entry["checkpoint"]
+    name = entry.get("name") or location
+    conn_id = entry.get("conn_id")
+    remembered = cache.load(location, conn_id) if cache is not None else None
+    out: dict[str, Any] = {"requests": None, "remembered": remembered is not None}
+    try:
+        thresholds = _thresholds(entry)
+        kwargs: dict[str, Any] = {"at": at, "storage_options": entry.get("storage_options")}
+        filesystem = _filesystem(entry)
+        if filesystem is not None:
+            kwargs["filesystem"] = filesystem
+        if hasattr(stall, "evaluate_tail"):
+            c, tail = stall.evaluate_tail(location, thresholds, _tail(remembered), **kwargs)
+            out["requests"] = dict(tail.requests)
+            if cache is not None:
+                cache.store(location, conn_id, tail.to_dict(), remembered)
+        else:  # before watermark_ops.core.tail
+            c = stall.evaluate(location, thresholds, **kwargs)
+    except CheckpointMissing as exc:
+        if entry.get("missing_ok"):
+            return {**out, "counted": MISSING, "alarm": False, "payload": None}
+        return {**out, "counted": MISSING, "alarm": True,
+                "payload": {**_unreadable(entry, f"{exc}: expected a Structured Streaming checkpoint"),
+                            "problems": list(exc.problems)}}
+    except StallInputError as exc:
+        return {**out, "counted": UNREADABLE, "alarm": True,
+                "payload": _unreadable(entry, f"cannot classify the watermark: {exc}", exc.problems)}
+    except Exception as exc:  # noqa: BLE001 - storage, connection, thresholds: this checkpoint alarms alone
+        return {**out, "counted": UNREADABLE, "alarm": True,
+                "payload": _unreadable(entry, f"{location}: cannot classify the watermark: {exc!r}")}
+    if c.healthy:
+        return {**out, "counted": c.state, "alarm": False, "payload": None}
+    return {**out, "counted": c.state, "alarm": True,
+            "payload": {**c.to_dict(), "name": name, "outcome": "fail", "message": f"alarm: {c.summary()}"}}
+
+
+def _tail(remembered: dict[str, Any] | None) -> Any:
+    """The remembered tail as a ``Tail``; None when absent or from an older format (a full read)."""
+    if remembered is None:
+        return None
+    from watermark_ops.core.tail import Tail
+
+    try:
+        return Tail.from_dict(remembered)
+    except Exception as exc:  # noqa: BLE001 - a memory in an old or broken format only costs a full read
+        log.debug("monitor memory of %s not usable (%r): a full read", remembered.get("location"), exc)
+        return None
+
+
+def _filesystem(entry: dict[str, Any]) -> Any:
+    """The entry's filesystem through its ``conn_id`` (None without one: the core resolves it)."""
+    if not entry.get("conn_id"):
+        return None
+    from watermark_ops.airflow.storage import checkpoint_filesystem
+
+    return checkpoint_filesystem(entry["checkpoint"], entry["conn_id"], entry.get("storage_options"))
+
+
+def evaluate_checkpoints(entries: list[dict[str, Any]], *, at: Any = None, cache: TailCache | None = None,
+                         concurrency: int = MONITOR_CONCURRENCY) -> list[dict[str, Any]]:
+    """:func:`evaluate_entry` for every entry, ``concurrency`` at a time (threads), in entry order;
+    with a ``cache``, the files of checkpoints no longer watched are then deleted from it.
+
+    :raises ValueError: ``concurrency`` below 1.
+    """
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be >= 1, got {concurrency!r}")
+    if not entries:
+        return []
+    with ThreadPoolExecutor(max_workers=min(concurrency, len(entries)),
+                            thread_name_prefix="watermark-monitor") as pool:
+        results = list(pool.map(lambda e: evaluate_entry(e, at=at, cache=cache), entries))
+    if cache is not None:
+        cache.prune((e["checkpoint"], e.get("conn_id")) for e in entries)
+    return results
+
+
+def summarize(results: list[dict[str, Any]], *, seconds: float | None = None) -> dict[str, Any]:
+    """The cycle's summary: small whatever the number of checkpoints.
+
+    :return: ``{"checkpoints": int (watched), "counts": {state | "missing" | "unreadable": int},
+        "alarm_count": int, "alarms": [payload, ...] (in full, in watch order), "remembered": int
+        (checkpoints whose previous tail was found), "requests": {"list": n, "get": n, "head": n}
+        (summed over the checkpoints whose read reported them), "seconds": float | None (wall time of
+        the evaluations)}``.
+    """
+    counts: dict[str, int] = {}
+    requests: dict[str, int] = {}
+    for r in results:
+        counts[r["counted"]] = counts.get(r["counted"], 0) + 1
+        for kind, n in (r.get("requests") or {}).items():
+            requests[kind] = requests.get(kind, 0) + n
+    alarms = [r["payload"] for r in results if r["alarm"]]
+    return {"checkpoints": len(results), "counts": dict(sorted(counts.items())), "alarm_count": len(alarms),
+            "alarms": alarms, "remembered": sum(1 for r in results if r.get("remembered")),
+            "requests": dict(sorted(requests.items())), "seconds": None if seconds is None else round(seconds, 3)}
+
+
+def watch_cycle(context: Any, *, concurrency: int | None = None,
+                cache_folder: str | os.PathLike | None = None) -> list[dict[str, Any]]:
+    """The ``watch`` task: list the known checkpoints now, evaluate them all, push the summary.
+
+    :param context: the task's context (the registry, :data:`~watermark_ops.airflow.registry.CHECKPOINT_REGISTRY`,
+        as inlet).
+    :param concurrency: checkpoints evaluated at once; default ``[watermark_ops] monitor_concurrency``,
+        else :data:`MONITOR_CONCURRENCY`.
+    :param cache_folder: the :class:`TailCache` folder (default :func:`default_cache_folder`).
+    :return: the alarms in full (the task's ``return_value``, which ``alarm`` is mapped over);
+        :func:`summarize`'s summary without them (``alarms``: their locations) is pushed as the
+        XCom :data:`SUMMARY_KEY`.
+    :raises ValueError: for a bad ``[watermark_ops]`` configuration (the task fails, naming it).
+    """
+    from watermark_ops.airflow.registry import monitor_checkpoints
+
+    entries = monitor_checkpoints(context)
+    if concurrency is None:
+        from airflow.sdk.configuration import conf
+
+        concurrency = conf.getint("watermark_ops", "monitor_concurrency", fallback=MONITOR_CONCURRENCY)
+    started = time.monotonic()
+    cache = TailCache(cache_folder if cache_folder is not None else default_cache_folder())
+    results = evaluate_checkpoints(entries, cache=cache, concurrency=concurrency)
+    summary = summarize(results, seconds=time.monotonic() - started)
+    log.info("watched %d checkpoint(s) in %.1f s (%d remembered; requests %s): %s; %d alarm(s)%s",
+             summary["checkpoints"], summary["seconds"], summary["remembered"], summary["requests"],
+             summary["counts"], summary["alarm_count"],
+             "".join(f"\n  {a['message']}" for a in summary["alarms"]))
+    context["ti"].xcom_push(key=SUMMARY_KEY, value={**summary, "alarms": [a["location"] for a in summary["alarms"]]})
+    return summary["alarms"]
+
+
+def raise_alarm(context: Any, alarm: dict[str, Any]) -> None:
+    """The ``alarm`` task: name the checkpoint (``context["checkpoint"]``, rendered by the task's
+    ``map_index_template``), then fail with the alarm as the exception's payload.
+
+    :raises watermark_ops.airflow.sensors.WatermarkAlarm: always (no retries: the evaluation is the
+        ``watch`` task's).
+    """
+    from watermark_ops.airflow.sensors import WatermarkAlarm
+
+    context["checkpoint"] = alarm.get("location")
+    raise WatermarkAlarm(alarm.get("message") or f"{alarm.get('location')}: alarm", alarm)

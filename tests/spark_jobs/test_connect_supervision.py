@@ -1,0 +1,163 @@
+"""Supervision of runs on a Spark Connect server (the session's ``connect_server``).
+
+The flights job over six landed days, one file per micro-batch (``--max-files-per-trigger 1``),
+run through :class:`watermark_ops.airflow.connect.SparkConnectRunOperator`. Each case interrupts a
+run while a batch is in flight (``offsets/N`` written, ``commits/N`` not yet) and checks that the
+sink then equals the one an uninterrupted run of the same files wrote (nothing lost, nothing
+duplicated):
+
+* the task is killed (``on_kill``): the driver's process group ends and the query it left running
+  on the server is stopped, so the next run is not refused by Spark's active-query check;
+* a second run of the checkpoint while one is active is refused (the checkpoint lock: exit 3) and,
+  bypassing the lock, by Spark on the server (``stopActiveRunOnRestart=false``);
+* the server is killed mid-batch: the task fails with the server-lost message (exit 5); after a
+  restart of the server the next run recovers.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pendulum
+import pytest
+
+NY = "America/New_York"
+DAYS = 6
+
+
+@pytest.fixture(scope="module")
+def landing(tmp_path_factory) -> str:
+    from watermark_ops.examples.flights.lander import land_interval
+
+    folder = tmp_path_factory.mktemp("connect-landing") / "flights"
+    start = pendulum.datetime(2013, 1, 1, tz=NY)
+    for day in range(DAYS):
+        land_interval(start.add(days=day), start.add(days=day + 1), str(folder))
+    return str(folder)
+
+
+def _operator(landing: str, base: Path, tag: str):
+    from watermark_ops.airflow.connect import SparkConnectRunOperator
+    from watermark_ops.examples.flights.settings import SPARK_JOBS_DIR, spark_submit_env
+
+    return SparkConnectRunOperator(
+        task_id="flight_windows", application=str(SPARK_JOBS_DIR / "flight_windows.py"),
+        application_args=["--landing", landing, "--checkpoint", str(base / "ck"), "--output", str(base / "out"),
+                          "--max-files-per-trigger", "1", "--run-tag", tag],
+        conf={"spark.sql.shuffle.partitions": "2"}, env_vars=spark_submit_env(),
+    )
+
+
+def _sink(base: Path):
+    from watermark_ops.examples.flights.daily import sink_windows
+
+    frame = sink_windows(str(base / "out"), 0, 2**62)
+    return frame.sort_values(["origin", "window_start_ms"]).reset_index(drop=True)
+
+
+def _quarantined(base: Path) -> int:
+    import pyarrow.parquet as pq
+
+    from watermark_ops.examples.flights.daily import _sink_files
+
+    return sum(pq.read_metadata(path).num_rows for path in _sink_files(str(base / "out") + "_quarantine"))
+
+
+@pytest.fixture(scope="module")
+def reference(connect_server, landing, tmp_path_factory) -> Path:
+    """An uninterrupted run of the same files, one per micro-batch."""
+    base = tmp_path_factory.mktemp("connect-reference")
+    _operator(landing, base, "reference").execute({})
+    return base
+
+
+def _start(operator) -> tuple[threading.Thread, list]:
+    outcome: list = []
+
+    def run() -> None:
+        try:
+            outcome.append(operator.execute({}))
+        except BaseException as exc:  # noqa: BLE001 - the test inspects it
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+def _wait_in_flight(checkpoint: Path, thread: threading.Thread, timeout: float = 180.0) -> int:
+    """Wait until a batch N >= 1 is in flight (offsets/N written, commits/N not); return N."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and thread.is_alive():
+        offsets = {int(p.name) for p in (checkpoint / "offsets").glob("[0-9]*")} if (checkpoint / "offsets").is_dir() else set()
+        commits = {int(p.name) for p in (checkpoint / "commits").glob("[0-9]*")} if (checkpoint / "commits").is_dir() else set()
+        flying = sorted(n for n in offsets - commits if n >= 1)
+        if flying:
+            return flying[0]
+        time.sleep(0.02)
+    raise AssertionError(f"no batch in flight in {checkpoint} (run ended: {not thread.is_alive()})")
+
+
+def _assert_like_reference(base: Path, reference: Path) -> None:
+    import pandas as pd
+
+    expected = _sink(reference)
+    assert len(expected) > 300
+    pd.testing.assert_frame_equal(_sink(base), expected)
+    assert _quarantined(base) == _quarantined(reference) > 0
+
+
+def test_killed_task_stops_its_query_on_the_server(connect_server, landing, reference, tmp_path):
+    operator = _operator(landing, tmp_path, "killed")
+    thread, outcome = _start(operator)
+    _wait_in_flight(tmp_path / "ck", thread)
+    operator.on_kill()  # what Airflow calls when the task is killed (execution_timeout takes the same path)
+    thread.join(60)
+    assert not thread.is_alive() and operator._process.poll() is not None
+    assert isinstance(outcome[0], Exception) and "exited with status -15" in str(outcome[0])
+    # The driver died with its query running on the server; the operator stopped it there.
+    assert operator.stopped_queries
+    _operator(landing, tmp_path, "next").execute({})  # not refused: no orphan holds the checkpoint
+    _assert_like_reference(tmp_path, reference)
+
+
+def test_second_run_of_an_active_checkpoint_is_refused(connect_server, landing, reference, tmp_path):
+    import flight_windows as fw
+    from airflow.exceptions import AirflowException
+    from flight_inputs import classified_events
+
+    from watermark_ops.spark.connect import connect_session
+
+    first = _operator(landing, tmp_path, "first")
+    thread, outcome = _start(first)
+    _wait_in_flight(tmp_path / "ck", thread)
+    with pytest.raises(AirflowException, match="another driver holds the checkpoint"):
+        _operator(landing, tmp_path, "second").execute({})  # the lock beside the checkpoint: exit 3
+    # Past the lock (another host), Spark on the server refuses a second active run of the checkpoint.
+    spark = connect_session(connect_server.url)
+    try:
+        frame = fw.hourly_windows(classified_events(spark, landing, 1, None), "2 hours")
+        with pytest.raises(Exception, match="already active"):
+            (frame.writeStream.queryName("intruder").option("checkpointLocation", str(tmp_path / "ck"))
+             .format("parquet").option("path", str(tmp_path / "intruder")).trigger(availableNow=True).start())
+    finally:
+        spark.stop()
+    thread.join(180)
+    assert outcome and isinstance(outcome[0], dict) and outcome[0]["returncode"] == 0
+    _assert_like_reference(tmp_path, reference)
+
+
+def test_server_killed_mid_batch_fails_the_task_and_the_next_run_recovers(connect_server, landing, reference,
+                                                                          tmp_path):
+    operator = _operator(landing, tmp_path, "crashed")
+    thread, outcome = _start(operator)
+    _wait_in_flight(tmp_path / "ck", thread)
+    connect_server.kill()
+    thread.join(120)
+    assert not thread.is_alive()
+    assert isinstance(outcome[0], Exception) and "down or was restarted" in str(outcome[0])
+    connect_server.restart()
+    _operator(landing, tmp_path, "recovered").execute({})
+    _assert_like_reference(tmp_path, reference)
