@@ -126,7 +126,7 @@ def test_killed_task_stops_its_query_on_the_server(connect_server, landing, refe
 
 
 def test_a_task_killed_without_on_kill_leaves_an_orphan_the_next_run_stops(connect_server, landing, reference,
-                                                                           tmp_path):
+                                                                           tmp_path, caplog):
     """The worker itself dies (SIGKILL: no on_kill, no timeout handler): the next driver takes the
     dead driver's lock over, reads its Connect session from it and stops the orphan query first."""
     import os
@@ -138,7 +138,9 @@ def test_a_task_killed_without_on_kill_leaves_an_orphan_the_next_run_stops(conne
     os.killpg(operator._process.pid, signal.SIGKILL)  # the driver dies; nobody stops its query
     thread.join(60)
     follower = _operator(landing, tmp_path, "follower")
-    follower.execute({})  # would be refused by Spark ("already active") while the orphan runs
+    with caplog.at_level("INFO"):
+        follower.execute({})  # would be refused by Spark ("already active") while the orphan runs
+    assert "queries the dead driver left" in caplog.text
     _assert_like_reference(tmp_path, reference)
 
 
