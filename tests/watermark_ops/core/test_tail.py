@@ -72,6 +72,25 @@ def test_a_follow_after_new_batches_is_a_fresh_bounded_read(history, tmp_path):
     assert tail.newest == recent_batches(DEFAULT_THRESHOLDS) and tail.requests["listed"]  # another window: listed
 
 
+def test_a_file_with_a_problem_in_the_window_is_read_again(history, tmp_path):
+    """A half-written file a poke saw may be whole at the next poke (and a good one may break):
+    the follow reads the window's troubled files again, as a fresh bounded read would."""
+    ids = osf.offsets_ids(history.checkpoint)
+    checkpoint = cf.copy_checkpoint(history.checkpoint, tmp_path / "cp")
+    commit = checkpoint / "commits" / str(ids[-2])
+    whole = commit.read_bytes()
+    commit.write_bytes(whole[:4])  # caught while being written
+    first = follow(str(checkpoint), None, newest=WINDOW)
+    assert len(first.checkpoint.problems) == 1 and first.checkpoint.problems[0].batch_id == ids[-2]
+    commit.write_bytes(whole)
+    healed = follow(str(checkpoint), _roundtrip(first), newest=WINDOW)
+    assert not healed.requests["listed"] and healed.checkpoint.problems == ()
+    assert healed.checkpoint == read_checkpoint(str(checkpoint), newest=WINDOW)
+    (checkpoint / "offsets" / str(ids[-1])).write_bytes(b"v1\n{")  # the head's offsets changed: list
+    broken = follow(str(checkpoint), healed, newest=WINDOW)
+    assert broken.requests["listed"] and broken.checkpoint == read_checkpoint(str(checkpoint), newest=WINDOW)
+
+
 def test_the_tail_survives_json_and_stays_small(history):
     tail = follow(str(history.checkpoint), None, newest=WINDOW)
     text = json.dumps(tail.to_dict())
