@@ -47,12 +47,14 @@ screenshot: venv
 	$(PY) -m watermark_ops.examples.flights.screenshot
 
 # Figures, not asserts (README "Performance"): the audit and a poke vs cat, DAG file imports,
-# availableNow vs batch over January, then all of 2013 per state store (about 15 minutes).
+# the monitor cycle at 1,000 checkpoints (local and on the S3 server, about 15 minutes), availableNow vs
+# batch over January, then all of 2013 per state store (about 15 minutes).
 bench: venv
 	$(PY) benchmarks/audit_benchmark.py
 	$(PY) benchmarks/poke_benchmark.py
 	$(PY) benchmarks/ui_benchmark.py
 	$(PY) benchmarks/dag_import_benchmark.py
+	$(PY) benchmarks/monitor_benchmark.py
 	$(PY) benchmarks/flight_windows_benchmark.py --year
 
 # A real deployment on 127.0.0.1 (PostgreSQL, Airflow 3 with the LocalExecutor, a Spark standalone
