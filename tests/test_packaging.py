@@ -127,7 +127,8 @@ def test_provider_info_validates_against_airflows_schema():
     from airflow.sdk.module_loading import import_string
 
     assert all(issubclass(import_string(path), BaseNotifier) for path in info["notifications"])
-    assert set(info["config"]["watermark_ops"]["options"]) == {"checkpoint_roots", "checkpoints", "monitor_config"}
+    assert set(info["config"]["watermark_ops"]["options"]) == {"checkpoint_roots", "checkpoints", "monitor_config",
+                                                             "overview_max_age"}
 
 
 # --- Airflow loads it: the installed distribution's entry points -----------------------------------

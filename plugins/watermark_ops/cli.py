@@ -11,6 +11,8 @@ Subcommands (this module owns every one of them: arguments here, the work in
     watermark-ops late CHECKPOINT [--json] [--sink DIR] [--batch N ...]
     watermark-ops accept-reset CHECKPOINT --why TEXT --state FILE [--by NAME] [--json]
 
+    every subcommand also takes [--conn-id ID] [--storage-options JSON]
+
 ``audit`` prints a table of the batches (batch id, watermark as ISO-8601 UTC and ms, change from
 the previous batch, batch time, committed or in flight), a line between the batches an earlier
 audit saw and those added since (the restart boundary), then the findings. ``--json`` prints the
@@ -51,6 +53,23 @@ the one its ``metadata`` has now, by whom (``--by``, default the login name), wh
 id still fails. Exit 0 when recorded; 2 when there is nothing to accept (no remembered audit, no
 query id yet, the same query id) or the state file is malformed.
 
+Checkpoints on object storage (``s3://``, ``gs://``, ``abfs://``, ...): a URL is read through
+fsspec (for S3, s3fs with botocore), which honours the standard environment of its SDK: for S3
+``AWS_ENDPOINT_URL`` (e.g. a MinIO or moto server), ``AWS_ACCESS_KEY_ID``,
+``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``AWS_DEFAULT_REGION``, ``AWS_PROFILE``.
+``--storage-options JSON`` passes fsspec's storage options (for s3fs e.g. ``{"endpoint_url":
+"http://127.0.0.1:9000", "key": ..., "secret": ...}`` or ``{"config_kwargs":
+{"max_pool_connections": 64}}``); on S3 botocore's connection pool is raised to
+:data:`watermark_ops.core.checkpoint.MAX_CONCURRENT_READS` unless given. ``--conn-id ID`` reads
+through an Airflow connection instead (its endpoint, credentials and region, e.g. an ``aws``
+connection; ``--storage-options`` are then the provider's options, botocore ``config_kwargs`` for
+S3): only then is Airflow imported (:func:`watermark_ops.airflow.storage.checkpoint_filesystem`).
+The progress log beside the checkpoint, the file source's landed files, ``--landing`` folders and
+``--sink`` are read (written) with the same filesystem when they are on it. Files are read
+concurrently, listings are fresh, and a throttled, missing or half-written object is read again
+within a bound and then reported by name (exit 2), never fixed. A bad ``--storage-options`` or an
+unknown ``--conn-id`` exits 2.
+
 Each subcommand imports the core modules it needs when it runs (``audit`` loads neither the stall
 classification, the lateness report nor pendulum), and the status flags' default durations are
 put into words only when ``--help`` is printed: a terminal command pays only for what it uses.
@@ -66,7 +85,7 @@ from dataclasses import fields, replace
 from watermark_ops import render
 from watermark_ops.core.thresholds import DEFAULT_THRESHOLDS, Thresholds
 
-__all__ = ["build_parser", "main", "thresholds_from_args"]
+__all__ = ["StorageArgumentError", "build_parser", "main", "storage_from_args", "thresholds_from_args"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -90,6 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
         sub = subparsers.add_parser(name, help=help_text, description=help_text,
                                     formatter_class=_LazyHelpFormatter)
         add_arguments(sub)
+        _storage_arguments(sub)
         sub.set_defaults(run=run)
     return parser
 
@@ -97,7 +117,80 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; returns the exit status."""
     args = build_parser().parse_args(argv)
+    try:
+        args.where = storage_from_args(args)
+    except StorageArgumentError as exc:
+        print(f"watermark-ops {args.command}: {exc}", file=sys.stderr)
+        return 2
     return args.run(args)
+
+
+# --------------------------------------------------------------------------------------------
+# where the checkpoint is: the environment, --storage-options, --conn-id
+
+
+class StorageArgumentError(ValueError):
+    """A bad ``--storage-options`` or ``--conn-id`` (the message names it and what was expected)."""
+
+
+def _storage_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("object storage (s3://, gs://, abfs://, ...)")
+    group.add_argument("--conn-id", metavar="ID",
+                       help="read through this Airflow connection (e.g. an aws connection: endpoint, credentials, "
+                            "region); imports Airflow. Default: the SDK's environment (AWS_ENDPOINT_URL, "
+                            "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_DEFAULT_REGION, ...)")
+    group.add_argument("--storage-options", metavar="JSON",
+                       help='fsspec storage options as a JSON object, e.g. \'{"endpoint_url": "http://127.0.0.1:9000"}\' '
+                            "(with --conn-id: the provider's options, for S3 botocore config_kwargs)")
+
+
+def storage_from_args(args: argparse.Namespace) -> dict:
+    """``{"filesystem": fs | None, "storage_options": dict | None}`` for the core's readers, from
+    ``--conn-id`` / ``--storage-options`` and the checkpoint's location.
+
+    Without either, a URL is left to fsspec and its SDK's environment, with S3's connection pool
+    raised to :data:`~watermark_ops.core.checkpoint.MAX_CONCURRENT_READS`; a local path is read
+    with ``os``.
+
+    :raises StorageArgumentError: ``--storage-options`` is not a JSON object, or ``--conn-id``
+        names no connection (or no Airflow provider reads the location's scheme).
+    """
+    location = str(getattr(args, "checkpoint", "") or "")
+    options = None
+    if getattr(args, "storage_options", None):
+        try:
+            options = json.loads(args.storage_options)
+        except ValueError as exc:
+            raise StorageArgumentError(f"--storage-options is not JSON ({exc}): expected an object such as "
+                                       '{"endpoint_url": "http://127.0.0.1:9000"}') from None
+        if not isinstance(options, dict):
+            raise StorageArgumentError(f"--storage-options must be a JSON object, got {args.storage_options!r}")
+    if getattr(args, "conn_id", None):
+        import contextlib
+
+        # Airflow logs to stdout (e.g. "credentials retrieved"): keep stdout for the command's output.
+        with contextlib.redirect_stdout(sys.stderr):
+            from airflow.sdk import BaseHook
+
+            from watermark_ops.airflow.storage import checkpoint_filesystem
+
+            try:
+                # The Amazon provider falls back to anonymous access for an unknown connection:
+                # look it up first, so that a typo is an error, not an anonymous read.
+                BaseHook.get_connection(args.conn_id)
+                filesystem = checkpoint_filesystem(location, args.conn_id, options)
+            except Exception as exc:  # AirflowNotFoundException, ValueError (no provider for the scheme), ...
+                raise StorageArgumentError(f"--conn-id {args.conn_id}: {exc}") from None
+        return {"filesystem": filesystem, "storage_options": None}
+    scheme = location.split("://", 1)[0] if "://" in location else None
+    if scheme in ("s3", "s3a", "s3n"):
+        from watermark_ops.core.checkpoint import MAX_CONCURRENT_READS
+
+        options = dict(options or {})
+        config = dict(options.get("config_kwargs") or {})
+        config.setdefault("max_pool_connections", MAX_CONCURRENT_READS)
+        options["config_kwargs"] = config
+    return {"filesystem": None, "storage_options": options}
 
 
 # --------------------------------------------------------------------------------------------
@@ -119,7 +212,7 @@ def _audit(args: argparse.Namespace) -> int:
 
     try:
         memory = StateFileMemory(args.state) if args.state else None
-        report = run_audit(args.checkpoint, memory)
+        report = run_audit(args.checkpoint, memory, **args.where)
     except MemoryFormatError as exc:
         print(f"watermark-ops: {exc}", file=sys.stderr)
         return 2
@@ -146,7 +239,7 @@ def _accept_reset(args: argparse.Namespace) -> int:
     from watermark_ops.core.checkpoint import read_checkpoint
     from watermark_ops.core.memory import MemoryFormatError, ResetAcceptanceError, StateFileMemory, accept_reset
 
-    checkpoint = read_checkpoint(args.checkpoint, newest=1)
+    checkpoint = read_checkpoint(args.checkpoint, newest=1, **args.where)
     try:
         head = accept_reset(StateFileMemory(args.state), args.checkpoint, checkpoint.query_id, why=args.why,
                             by=args.by or getpass.getuser())
@@ -233,10 +326,10 @@ def _status(args: argparse.Namespace) -> int:
         print(f"watermark-ops status: {exc}", file=sys.stderr)
         return 2
     # The same bounded read as the sensors (core.stall.evaluate): the newest batches only.
-    checkpoint = read_recent(args.checkpoint, thresholds, at_ms=at_ms)
+    checkpoint = read_recent(args.checkpoint, thresholds, at_ms=at_ms, **args.where)
     status = CheckpointStatus.of(checkpoint)
     try:
-        classification = classify_at(checkpoint, thresholds, at_ms)
+        classification = classify_at(checkpoint, thresholds, at_ms, **args.where)
     except StallInputError:  # missing or unreadable: the status output already shows the problems
         classification = None
     if args.json:
@@ -266,7 +359,8 @@ def _lateness(args: argparse.Namespace) -> int:
     from watermark_ops.core.lateness import LatenessError, lateness_report
 
     try:
-        report = lateness_report(args.checkpoint, args.landing or (), event_time_field=args.event_time_field)
+        report = lateness_report(args.checkpoint, args.landing or (), event_time_field=args.event_time_field,
+                                 **args.where)
     except (LatenessError, OSError) as exc:
         print(f"watermark-ops lateness: {exc}", file=sys.stderr)
         return 2
@@ -290,11 +384,14 @@ def _late_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _late(args: argparse.Namespace) -> int:
+    from watermark_ops.core.checkpoint import filesystem_for
     from watermark_ops.core.ledger import LedgerError, late_ledger, write_late_rows
 
     try:
-        ledger = late_ledger(args.checkpoint, args.batch)
-        written = write_late_rows(ledger, args.sink) if args.sink else []
+        ledger = late_ledger(args.checkpoint, args.batch, **args.where)
+        sink_options = args.where["storage_options"] if args.sink and "://" in args.sink else None
+        written = write_late_rows(ledger, args.sink, filesystem=filesystem_for(args.sink, args.where["filesystem"]),
+                                  storage_options=sink_options) if args.sink else []
     except (LedgerError, OSError) as exc:
         print(f"watermark-ops late: {exc}", file=sys.stderr)
         return 2

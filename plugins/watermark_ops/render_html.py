@@ -51,8 +51,11 @@ _LAYOUT = """<!doctype html>
 
 _OVERVIEW = """{% extends "layout" %}{% block body %}
 <h1>Watermarks</h1>
-<p class="muted">{{ rows|length }} checkpoint{{ '' if rows|length == 1 else 's' }}, problems first; read at
-{{ evaluated_at }} (UTC). <a href="{{ base }}/api/checkpoints">JSON</a></p>
+<p class="muted" id="totals">{{ p.total }} checkpoint{{ '' if p.total == 1 else 's' }} ({{ p.problems }} with a problem, {{ p.warnings }} with a warning), problems first; read at
+{{ evaluated_at }} (UTC). <a href="{{ base }}/api/checkpoints?page={{ p.page }}&amp;page_size={{ p.page_size }}">JSON</a></p>
+{% if p.pages > 1 %}<p class="muted" id="pages">Page {{ p.page }} of {{ p.pages }} (rows {{ (p.page - 1) * p.page_size + 1 }}–{{ (p.page - 1) * p.page_size + rows|length }}):
+{% if p.page > 1 %}<a href="{{ base }}/?page={{ p.page - 1 }}&amp;page_size={{ p.page_size }}" rel="prev">previous</a>{% endif %}
+{% if p.page < p.pages %}<a href="{{ base }}/?page={{ p.page + 1 }}&amp;page_size={{ p.page_size }}" rel="next">next</a>{% endif %}</p>{% endif %}
 <table id="overview">
 <tr><th>checkpoint</th><th>state</th><th>watermark (UTC)</th><th>lag</th><th>head batch</th><th>in flight</th>
 <th>audit</th><th>newest batch (UTC)</th><th>query id</th></tr>
@@ -170,16 +173,23 @@ def _percent(rate: float | None) -> str:
     return "-" if rate is None else f"{100 * rate:.3g} %"
 
 
-def overview_page(rows: list[dict[str, Any]], *, base: str, roots: dict[str, str], evaluated_at: str) -> str:
+def overview_page(rows: list[dict[str, Any]], *, base: str, roots: dict[str, str], evaluated_at: str,
+                  paging: dict[str, Any] | None = None) -> str:
     """The overview: one row per checkpoint (:func:`watermark_ops.core.overview.overview_row`
     dicts, sorted, each with ``url``: its page, or None when it is not under a root).
 
     :param base: the path the face is mounted at, without a trailing ``/``.
     :param roots: root name → folder, listed under the table.
     :param evaluated_at: ISO-8601 UTC instant of the read.
+    :param paging: when ``rows`` is one page: :func:`watermark_ops.core.overview.page_of`'s totals
+        (``total``, ``page``, ``page_size``, ``pages``, ``problems``, ``warnings``); None: all rows.
     """
+    if paging is None:
+        from watermark_ops.core.overview import page_of
+
+        rows, paging = page_of(rows, 1, max(1, len(rows)))
     return _environment().get_template("overview").render(
-        title="Watermarks", rows=rows, base=base, roots=roots, evaluated_at=evaluated_at)
+        title="Watermarks", rows=rows, base=base, roots=roots, evaluated_at=evaluated_at, p=paging)
 
 
 #: The newest runs the late-rows table lists (``core.overview.DEFAULT_RUNS_LIMIT`` reads the ledger

@@ -8,6 +8,8 @@ duplicated):
 
 * the task is killed (``on_kill``): the driver's process group ends and the query it left running
   on the server is stopped, so the next run is not refused by Spark's active-query check;
+* the worker dies without ``on_kill``: the next driver finds the dead driver's Connect session in
+  the checkpoint's lock and stops the orphan query before it starts;
 * a second run of the checkpoint while one is active is refused (the checkpoint lock: exit 3) and,
   bypassing the lock, by Spark on the server (``stopActiveRunOnRestart=false``);
 * the server is killed mid-batch: the task fails with the server-lost message (exit 5); after a
@@ -120,6 +122,25 @@ def test_killed_task_stops_its_query_on_the_server(connect_server, landing, refe
     # The driver died with its query running on the server; the operator stopped it there.
     assert operator.stopped_queries
     _operator(landing, tmp_path, "next").execute({})  # not refused: no orphan holds the checkpoint
+    _assert_like_reference(tmp_path, reference)
+
+
+def test_a_task_killed_without_on_kill_leaves_an_orphan_the_next_run_stops(connect_server, landing, reference,
+                                                                           tmp_path, caplog):
+    """The worker itself dies (SIGKILL: no on_kill, no timeout handler): the next driver takes the
+    dead driver's lock over, reads its Connect session from it and stops the orphan query first."""
+    import os
+    import signal
+
+    operator = _operator(landing, tmp_path, "orphaned")
+    thread, _ = _start(operator)
+    _wait_in_flight(tmp_path / "ck", thread)
+    os.killpg(operator._process.pid, signal.SIGKILL)  # the driver dies; nobody stops its query
+    thread.join(60)
+    follower = _operator(landing, tmp_path, "follower")
+    with caplog.at_level("INFO"):
+        follower.execute({})  # would be refused by Spark ("already active") while the orphan runs
+    assert "queries the dead driver left" in caplog.text
     _assert_like_reference(tmp_path, reference)
 
 

@@ -22,7 +22,8 @@ ALLOWED = {
     "core": {"core"},
     "render": {"core"},
     "render_html": {"core", "render"},
-    "cli": {"core", "render"},
+    # the CLI imports airflow.storage lazily, only for --conn-id (an Airflow connection)
+    "cli": {"core", "render", "airflow"},
     "__main__": {"cli"},
     "airflow": {"core", "render", "render_html"},
     "spark": {"core"},  # the driver side of a user's job (pyspark); nothing else imports it

@@ -75,6 +75,11 @@ def get_provider_info() -> dict[str, Any]:
                         "Path of a JSON file of the same form as 'checkpoints' (read at every use; "
                         "$VARIABLES in locations are expanded).",
                         "/opt/airflow/config/watermark_checkpoints.json"),
+                    "overview_max_age": dict(_option(
+                        "Seconds one evaluation of the watermark overview serves every later view (every "
+                        "user's: each sees its own rows of it). Past it, the next view reads what changed "
+                        "since (metadata and one probe per checkpoint when nothing did); 0: every view "
+                        "looks. Default 10.", "10"), type="float", default="10"),
                 },
             },
         },

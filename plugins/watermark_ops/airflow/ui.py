@@ -37,13 +37,18 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
-from watermark_ops.core.overview import empty_row
+from watermark_ops.core.overview import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, empty_row
+from watermark_ops.core.overview_cache import Job, SharedOverview
 from watermark_ops.core.roots import CheckpointRoots, PathRefused
 
-__all__ = ["create_app", "require_user"]
+__all__ = ["DEFAULT_MAX_AGE", "create_app", "require_user"]
+
+#: Seconds one evaluation of the overview serves every later view (``[watermark_ops]
+#: overview_max_age``): within it a view reads nothing; past it the next view reads what changed.
+DEFAULT_MAX_AGE = 10.0
 
 #: A known checkpoint, as :func:`watermark_ops.airflow.registry.known_checkpoints` gives it:
 #: ``{"name", "checkpoint", "missing_ok", "thresholds", "dag_ids", "tasks", "landings", "note", ...}``,
@@ -65,7 +70,7 @@ async def require_user(request: Request) -> Any:
 
 
 def create_app(roots: Callable[[], CheckpointRoots], known: Callable[[], list[Known]], *,
-               chart_limit: int | None = None) -> FastAPI:
+               chart_limit: int | None = None, max_age: float | None = None) -> FastAPI:
     """The app: pages and JSON over :mod:`watermark_ops.core.overview`, rendered by
     :mod:`watermark_ops.render_html`.
 
@@ -74,6 +79,8 @@ def create_app(roots: Callable[[], CheckpointRoots], known: Callable[[], list[Kn
     :param known: returns the known checkpoints (read per request).
     :param chart_limit: the newest batches a checkpoint page draws (default
         :data:`watermark_ops.core.overview.DEFAULT_CHART_LIMIT`).
+    :param max_age: seconds one evaluation of the overview serves later views (every viewer's);
+        None: ``[watermark_ops] overview_max_age``, read per request, default :data:`DEFAULT_MAX_AGE`.
     """
     app = FastAPI(title="watermark-ops", dependencies=[Depends(require_user)], docs_url=None, redoc_url=None,
                   openapi_url=None)
@@ -81,18 +88,35 @@ def create_app(roots: Callable[[], CheckpointRoots], known: Callable[[], list[Kn
     def base(request: Request) -> str:
         return request.scope.get("root_path", "").rstrip("/")
 
+    shared = SharedOverview(max_age=DEFAULT_MAX_AGE if max_age is None else max_age,
+                            failed_row=lambda job, exc: _failed_row({"checkpoint": job.location, "name": None}, exc))
+    app.state.overview = shared  # the shared evaluation (its memory and refresh count), for tests and benchmarks
+
     def rows(request: Request, user: Any) -> tuple[list[dict[str, Any]], CheckpointRoots, str]:
+        """Every row this user may see, problems first: one shared evaluation of every known
+        checkpoint (:class:`~watermark_ops.core.overview_cache.SharedOverview`), then the user's
+        filter (:func:`~watermark_ops.airflow.access.visible_entries`)."""
         from watermark_ops.airflow.access import visible_entries
-        from watermark_ops.core.overview import overview_row, sort_overview
+        from watermark_ops.core.overview import sort_overview
         from watermark_ops.core.times import iso_utc, now_ms
 
-        at = now_ms()
         try:
             checkpoint_roots = roots()
         except ValueError as exc:  # a bad checkpoint_roots option: one row names it, nothing is read
-            return [_error_row("checkpoint roots", str(exc))], CheckpointRoots({}), iso_utc(at)
+            return [_error_row("checkpoint roots", str(exc))], CheckpointRoots({}), iso_utc(now_ms())
+        entries = _known_or_error(known)
+        jobs, failed = [], {}
+        for entry in entries:
+            address = None if entry.get("config_error") else checkpoint_roots.address(entry["checkpoint"])
+            if address is None:
+                continue
+            try:
+                jobs.append(_job(entry, _filesystem(entry, checkpoint_roots, address[0])))
+            except Exception as exc:  # bad thresholds, an unknown connection: that row says so
+                failed[_job_key(entry)] = _failed_row(entry, exc)
+        evaluation = shared.evaluate(jobs, max_age=_max_age(max_age))
         out = []
-        for entry in visible_entries(user, _known_or_error(known), same=_place(checkpoint_roots)):
+        for entry in visible_entries(user, entries, same=_place(checkpoint_roots)):
             if entry.get("config_error"):  # the config itself cannot be read: one row says so
                 out.append(entry)
                 continue
@@ -102,28 +126,35 @@ def create_app(roots: Callable[[], CheckpointRoots], known: Callable[[], list[Kn
             else:
                 # A checkpoint named by its location is shown by its address: root/path.
                 shown = f"{address[0]}/{address[1]}" if entry["name"] == entry["checkpoint"] else entry["name"]
-                try:
-                    row = overview_row(entry["checkpoint"], _thresholds(entry), name=shown,
-                                       missing_ok=entry.get("missing_ok", False), at_ms=at,
-                                       **_reading(_filesystem(entry, checkpoint_roots, address[0])))
-                except Exception as exc:  # one checkpoint must never take the page down
-                    row = dict(_failed_row(entry, exc), name=shown)
+                key = _job_key(entry)
+                row = dict(failed.get(key) or evaluation.rows[key], name=shown)
                 row["url"] = f"{base(request)}/checkpoints/{address[0]}/{address[1]}"
             row["dag_ids"] = entry.get("dag_ids", [])
             out.append(row)
-        return sort_overview(out), checkpoint_roots, iso_utc(at)
+        return sort_overview(out), checkpoint_roots, iso_utc(evaluation.at_ms)
 
+    # Sync endpoints: FastAPI runs them in its threadpool, off the api-server's event loop.
     @app.get("/", response_class=HTMLResponse)
-    def overview(request: Request, user: Any = Depends(require_user)) -> Response:
+    def overview(request: Request, page: int = Query(1, ge=1),
+                 page_size: int = Query(DEFAULT_PAGE_SIZE, ge=1, le=MAX_PAGE_SIZE),
+                 user: Any = Depends(require_user)) -> Response:
+        from watermark_ops.core.overview import page_of
         from watermark_ops.render_html import overview_page
 
         found, checkpoint_roots, at = rows(request, user)
-        return HTMLResponse(overview_page(found, base=base(request), roots=checkpoint_roots.roots, evaluated_at=at))
+        shown, paging = page_of(found, page, page_size)
+        return HTMLResponse(overview_page(shown, base=base(request), roots=checkpoint_roots.roots, evaluated_at=at,
+                                          paging=paging))
 
     @app.get("/api/checkpoints")
-    def overview_json(request: Request, user: Any = Depends(require_user)) -> Response:
+    def overview_json(request: Request, page: int = Query(1, ge=1),
+                      page_size: int = Query(DEFAULT_PAGE_SIZE, ge=1, le=MAX_PAGE_SIZE),
+                      user: Any = Depends(require_user)) -> Response:
+        from watermark_ops.core.overview import page_of
+
         found, checkpoint_roots, at = rows(request, user)
-        return JSONResponse({"evaluated_at": at, "roots": checkpoint_roots.roots, "checkpoints": found})
+        shown, paging = page_of(found, page, page_size)
+        return JSONResponse({"evaluated_at": at, "roots": checkpoint_roots.roots, **paging, "checkpoints": shown})
 
     def detail(root: str, path: str, limit: int | None, user: Any) -> dict[str, Any]:
         from watermark_ops.airflow.access import may_see_location
@@ -250,6 +281,36 @@ def _known_or_error(known: Callable[[], list[Known]]) -> list[dict[str, Any]]:
 def _error_row(name: str, error: str) -> dict[str, Any]:
     """An overview row for a configuration that cannot be read (ranked first)."""
     return dict(empty_row("", name), url=None, dag_ids=[], error=error, rank=0, config_error=True)
+
+
+def _max_age(given: float | None) -> float:
+    """``given``, else ``[watermark_ops] overview_max_age`` (seconds, read now), else :data:`DEFAULT_MAX_AGE`."""
+    if given is not None:
+        return given
+    from airflow.configuration import conf
+
+    try:
+        return max(0.0, conf.getfloat("watermark_ops", "overview_max_age", fallback=DEFAULT_MAX_AGE))
+    except (ValueError, TypeError):
+        return DEFAULT_MAX_AGE
+
+
+def _job_key(entry: Known) -> tuple:
+    """What makes two entries one evaluated row: the location and how it is read and classified."""
+    return (entry["checkpoint"], json.dumps({k: entry.get(k) for k in ("thresholds", "missing_ok", "conn_id",
+                                                                        "storage_options")},
+                                            sort_keys=True, default=str))
+
+
+def _job(entry: Known, filesystem: Any) -> Job:
+    """The shared evaluation's job of a known entry read with ``filesystem`` (:func:`_filesystem`;
+    None: the core resolves the location).
+
+    :raises Exception: bad thresholds.
+    """
+    return Job(key=_job_key(entry), location=entry["checkpoint"], thresholds=_thresholds(entry),
+               missing_ok=bool(entry.get("missing_ok", False)), filesystem=filesystem,
+               storage_options=None if filesystem is not None else entry.get("storage_options"))
 
 
 def _thresholds(entry: Known):

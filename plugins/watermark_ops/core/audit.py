@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from watermark_ops.core.checkpoint import Checkpoint, read_checkpoint
+from watermark_ops.core.checkpoint import Checkpoint, open_storage, read_checkpoint
 from watermark_ops.core.memory import AuditMemory, RememberedHead
 from watermark_ops.core.progress import ProgressLog, progress_log_path, read_progress_log
 from watermark_ops.core.rules import (
@@ -195,8 +195,17 @@ def run_audit(location: Any, memory: AuditMemory | None = None, *, storage_optio
     """
     key = str(location)
     remembered = memory.load(key) if memory is not None else None
-    checkpoint = read_checkpoint(location, filesystem=filesystem, storage_options=storage_options)
-    progress = _progress_beside(checkpoint.location, storage_options, filesystem)
+    storage, root = open_storage(location, filesystem=filesystem, storage_options=storage_options)
+    if storage.retry_delays:  # a remote store: the progress log is read while the checkpoint is
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            progress_future = pool.submit(_progress_beside, storage.display(root), storage_options, filesystem)
+            checkpoint = read_checkpoint(location, filesystem=filesystem, storage_options=storage_options)
+            progress = progress_future.result()
+    else:
+        checkpoint = read_checkpoint(location, filesystem=filesystem, storage_options=storage_options)
+        progress = _progress_beside(checkpoint.location, storage_options, filesystem)
     report = audit_checkpoint(checkpoint, remembered, now_ms=now_ms, progress=progress)
     head = report.head()
     if memory is not None and head is not None:

@@ -501,13 +501,25 @@ def _read(storage: Any, root: str, newest: int | None) -> Checkpoint:
     if top is None:
         return Checkpoint(location=shown, query_id=None, batches=(), problems=tuple(problems), has_commit_log=False,
                           newest=newest)
-    offsets_files = _list_log(storage, root, "offsets", top, problems)
+    commit_files: dict[int, str] = {}
+    if newest is None and storage.retry_delays and top.get("commits") == "directory":
+        # A remote store: both log folders listed at once (each listing is pages of 1,000 names).
+        from concurrent.futures import ThreadPoolExecutor
+
+        commit_problems: list[ReadProblem] = []
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            commits_future = pool.submit(_list_log, storage, root, "commits", top, commit_problems)
+            offsets_files = _list_log(storage, root, "offsets", top, problems)
+            commit_files = commits_future.result()
+        problems.extend(commit_problems)
+    else:
+        offsets_files = _list_log(storage, root, "offsets", top, problems)
+        if newest is None:
+            commit_files = _list_log(storage, root, "commits", top, problems)
     lowest_offsets = min(offsets_files) if offsets_files else None
     unread = 0
     probed: dict[int, str] = {}
-    if newest is None:
-        commit_files = _list_log(storage, root, "commits", top, problems)
-    else:
+    if newest is not None:
         # The window is the newest offsets ids (what Spark restarts from); their commit files are
         # probed by name instead of listing commits/ (as long as offsets/ once the history is long).
         ids = sorted(offsets_files)

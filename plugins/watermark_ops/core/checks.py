@@ -132,12 +132,7 @@ def check_tail(location: Any, previous: Any = None, *, goal: str = "healthy",
         the tail to remember for the next poke (None when the checkpoint does not exist).
     :raises ValueError: / :raises StallInputError: as :func:`check`.
     """
-    try:
-        from watermark_ops.core.stall import evaluate_tail
-    except ImportError:  # TODO(s3airflow): remove once core.tail is on main; until then every poke lists
-        reading = {"filesystem": filesystem} if filesystem is not None else {}
-        return check(location, goal=goal, thresholds=thresholds, target_ms=target_ms, missing_ok=missing_ok,
-                     fail_on_jumped=fail_on_jumped, at=at, storage_options=storage_options, **reading), None
+    from watermark_ops.core.stall import evaluate_tail
 
     if goal not in GOALS:
         raise ValueError(f"goal must be one of {GOALS}, got {goal!r}")

@@ -343,10 +343,17 @@ def landed_lateness(landing: str, event_time_field: str | None = None, *, filesy
     :raises LatenessError: when the folder does not exist, or no event-time field is recognised.
     :raises OSError: when the folder cannot be listed or a file in it cannot be read (naming it).
     """
+    return _landed_lateness(_read_landing(landing, filesystem, storage_options), landing, event_time_field)
+
+
+def _read_landing(landing: str, filesystem: Any, storage_options: dict[str, Any] | None) -> list[tuple[str, Any]]:
+    """``[(file as shown, bytes | exception)]`` of the folder's ``*.jsonl`` files, by name: one fresh
+    listing, then one concurrent read. :raises LatenessError: no such folder."""
     from watermark_ops.core.checkpoint import filesystem_for, open_storage
 
     fs = filesystem_for(landing, filesystem)
-    storage, folder = open_storage(landing, filesystem=fs, storage_options=storage_options if fs is None else None)
+    storage, folder = open_storage(landing, filesystem=fs,
+                                   storage_options=storage_options if fs is None and "://" in str(landing) else None)
     try:
         listed = storage.names(folder)
     except (FileNotFoundError, NotADirectoryError):
@@ -355,7 +362,12 @@ def landed_lateness(landing: str, event_time_field: str | None = None, *, filesy
         raise LatenessError(f"{landing}: no such landing folder (expected the folder of the lander's .jsonl files)")
     paths = sorted(f"{folder}/{n}" for n in listed if n.endswith(".jsonl") and not n.startswith((".", "_")))
     content = storage.read(paths)
-    names = [storage.display(p) for p in paths]
+    return [(storage.display(p), content(p)) for p in paths]
+
+
+def _landed_lateness(files: list[tuple[str, Any]], landing: str, event_time_field: str | None) -> LandedLateness:
+    """:func:`landed_lateness` of files already read."""
+    names = [name for name, _ in files]
     result = LandedLateness(landing=str(landing), event_time_field=event_time_field, files=len(names))
 
     def problem(message: str) -> None:
@@ -364,8 +376,7 @@ def landed_lateness(landing: str, event_time_field: str | None = None, *, filesy
             result.problems.append(message)
 
     arrivals: list[tuple[int, int, int, int]] = []  # (arrival ms, file index, line, event ms)
-    for file_index, (name, path) in enumerate(zip(names, paths)):
-        raw = content(path)
+    for file_index, (name, raw) in enumerate(files):
         if isinstance(raw, Exception):
             raise OSError(f"{name}: cannot read the landed file: {raw!r}") from raw
         text = raw.decode("utf-8", errors="replace")
@@ -471,16 +482,17 @@ def lateness_report(checkpoint: str, landings: Iterable[str] = (), targets: Iter
     """
     log_path = progress_log_path(checkpoint)
     where = {"filesystem": filesystem, "storage_options": storage_options}
-    progress = read_progress_log(log_path, **where)
     landings = list(landings)
-    fields = [event_time_field] * len(landings) if event_time_field else _rule_fields(progress.records, len(landings))
-    if len(landings) > 1:  # the landing folders at once (each one's files are read concurrently)
-        from concurrent.futures import ThreadPoolExecutor
+    # The progress log and every landing folder at once (each folder's files read concurrently).
+    from concurrent.futures import ThreadPoolExecutor
 
-        with ThreadPoolExecutor(max_workers=len(landings)) as pool:
-            inputs = list(pool.map(lambda pair: landed_lateness(pair[0], pair[1], **where), zip(landings, fields)))
-    else:
-        inputs = [landed_lateness(landing, field, **where) for landing, field in zip(landings, fields)]
+    with ThreadPoolExecutor(max_workers=len(landings) + 1) as pool:
+        log_future = pool.submit(read_progress_log, log_path, **where)
+        read = [pool.submit(_read_landing, landing, filesystem, storage_options) for landing in landings]
+        progress = log_future.result()
+        files = [future.result() for future in read]
+    fields = [event_time_field] * len(landings) if event_time_field else _rule_fields(progress.records, len(landings))
+    inputs = [_landed_lateness(f, landing, field) for f, landing, field in zip(files, landings, fields)]
     return LatenessReport(
         checkpoint=str(checkpoint),
         progress_log=log_path,

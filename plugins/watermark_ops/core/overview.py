@@ -29,12 +29,17 @@ from watermark_ops.core.status import CheckpointStatus
 from watermark_ops.core.thresholds import Thresholds
 from watermark_ops.core.times import iso_utc, now_ms
 
-__all__ = ["DEFAULT_CHART_LIMIT", "DEFAULT_RUNS_LIMIT", "checkpoint_detail", "empty_row", "overview_row", "sort_overview"]
+__all__ = ["DEFAULT_CHART_LIMIT", "DEFAULT_PAGE_SIZE", "DEFAULT_RUNS_LIMIT", "MAX_PAGE_SIZE", "checkpoint_detail",
+           "empty_row", "overview_row", "page_of", "sort_overview"]
 
 #: The newest batches the chart and the batch table show (older ones are counted, not drawn).
 DEFAULT_CHART_LIMIT = 500
 #: The newest runs whose late-row ledger files are read (``render_html.RUNS_LIMIT`` lists as many).
 DEFAULT_RUNS_LIMIT = 100
+
+#: Overview rows per page (the page and its JSON take ``page`` and ``page_size``), and the most.
+DEFAULT_PAGE_SIZE = 100
+MAX_PAGE_SIZE = 1000
 
 #: Overview order: lower first. Unreadable or violated, then alarms, then warnings, then the rest.
 _RANK_ERROR, _RANK_ALARM, _RANK_WARNING, _RANK_OK, _RANK_NOT_YET = 0, 1, 2, 3, 4
@@ -154,6 +159,26 @@ def empty_row(location: str, name: str | None = None) -> dict[str, Any]:
 def sort_overview(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """Rows with problems first (by ``rank``), then by name."""
     return sorted(rows, key=lambda row: (row["rank"], str(row["name"])))
+
+
+def page_of(rows: Sequence[dict[str, Any]], page: int = 1,
+            page_size: int = DEFAULT_PAGE_SIZE) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """One page of sorted overview rows, and what the page tells about the whole.
+
+    :param rows: the rows (already sorted, problems first, and filtered for the viewer).
+    :param page: 1-based; past the last page, the last page.
+    :param page_size: rows per page (at least 1).
+    :return: ``(the page's rows, {"total": rows, "page": the page shown, "page_size", "pages",
+        "problems": rows ranked unreadable, violated or alarming, "warnings": rows ranked warning})``.
+    """
+    size = max(1, int(page_size))
+    pages = max(1, -(-len(rows) // size))
+    shown = min(max(1, int(page)), pages)
+    return list(rows[(shown - 1) * size:shown * size]), {
+        "total": len(rows), "page": shown, "page_size": size, "pages": pages,
+        "problems": sum(1 for r in rows if r.get("rank", _RANK_OK) <= _RANK_ALARM),
+        "warnings": sum(1 for r in rows if r.get("rank") == _RANK_WARNING),
+    }
 
 
 def _progress_or_none(location: str, where: dict | None = None):

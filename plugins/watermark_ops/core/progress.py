@@ -18,8 +18,10 @@ Pure core: no Airflow, no Spark.
 
 from __future__ import annotations
 
+import collections
 import json
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -116,17 +118,24 @@ class _Reader:
         if self.fs is None:
             with open(self.path, "rb") as handle:
                 return handle.read()
-        return self._retrying(lambda: self.fs.cat_file(self.path))
+        from watermark_ops.core.checkpoint import _one_request
 
-    def size(self) -> int:
-        """The file's size in bytes (fresh: not from a cached listing)."""
+        return self._retrying(lambda: self.fs.cat_file(self.path, **_one_request(self.fs)))
+
+    def stat(self) -> tuple[int, Any]:
+        """``(size in bytes, a version marker)``, fresh (not from a cached listing): the marker
+        is the modification time locally, the ETag (else the modification time) on object
+        storage (one HEAD). :raises FileNotFoundError:"""
         if self.fs is None:
-            return os.stat(self.path).st_size
+            st = os.stat(self.path)
+            return st.st_size, st.st_mtime_ns
         try:
             self.fs.invalidate_cache(self.path)
         except Exception:  # noqa: BLE001 - a filesystem without a cache
             pass
-        return self._retrying(lambda: self.fs.size(self.path))
+        info = self._retrying(lambda: self.fs.info(self.path))
+        marker = info.get("ETag") or info.get("LastModified") or info.get("mtime") or info.get("created")
+        return int(info["size"]), str(marker) if marker is not None else None
 
     def range(self, start: int, end: int) -> bytes:
         """Bytes ``[start, end)``."""
@@ -187,7 +196,9 @@ def read_progress_tail(location: str, since_batch_id: int, *, query_id: str | No
     query than ``query_id`` (an earlier checkpoint at the same path), or the start of the file is
     reached, or ``max_bytes`` were read. The log is written in time order, so what lies before that
     line belongs to earlier batches or an earlier query. The cost depends on how many records the
-    requested batches have, not on the length of the log.
+    requested batches have, not on the length of the log; a log unchanged since this process last
+    read the same tail (same size and version marker: one ``stat`` locally, one HEAD on object
+    storage) is not read nor parsed again.
 
     :param since_batch_id: the lowest batch id whose records are wanted (e.g. the oldest batch a
         bounded checkpoint read holds); records of lower batch ids are left out.
@@ -202,9 +213,15 @@ def read_progress_tail(location: str, since_batch_id: int, *, query_id: str | No
     log = ProgressLog(location=str(location))
     reader = _Reader(location, filesystem, storage_options)
     try:
-        end = reader.size()
+        end, marker = reader.stat()
     except FileNotFoundError:
         return log
+    key = (str(location), since_batch_id, query_id, max_bytes, id(filesystem), repr(storage_options))
+    with _TAIL_LOCK:
+        cached = _TAIL_CACHE.get(key)
+        if cached is not None and cached[0] == (end, marker) and marker is not None:
+            _TAIL_CACHE.move_to_end(key)
+            return _copy(cached[1])
     start, block, data = end, _TAIL_BLOCK, b""
     while start > 0:
         start = max(0, start - block, end - max_bytes)
@@ -221,7 +238,26 @@ def read_progress_tail(location: str, since_batch_id: int, *, query_id: str | No
     _parse_lines(log, data[skipped:], log.start_offset, numbered=start == 0)
     log.records = [r for r in log.records if r["batch_id"] >= since_batch_id
                    and (query_id is None or r.get("query_id") in (None, query_id))]
+    if marker is not None:
+        with _TAIL_LOCK:
+            _TAIL_CACHE[key] = ((end, marker), _copy(log))
+            while len(_TAIL_CACHE) > _TAIL_CACHE_SIZE:
+                _TAIL_CACHE.popitem(last=False)
     return log
+
+
+#: Tail reads remembered by this process, keyed by the log and what was asked, with the log's
+#: size and version marker when read: a poke of a log that did not change since (the same size
+#: and ETag / modification time, one HEAD on object storage) parses nothing again.
+_TAIL_CACHE: collections.OrderedDict[tuple, tuple[tuple[int, Any], ProgressLog]] = collections.OrderedDict()
+_TAIL_CACHE_SIZE = 512
+_TAIL_LOCK = threading.Lock()
+
+
+def _copy(log: ProgressLog) -> ProgressLog:
+    """A copy the caller may change (the records themselves are shared: read-only)."""
+    return ProgressLog(location=log.location, records=list(log.records), problems=list(log.problems),
+                       start_offset=log.start_offset, complete=log.complete)
 
 
 def _precedes(data: bytes, since_batch_id: int, query_id: str | None) -> bool:

@@ -293,7 +293,7 @@ def _follow(storage: Any, root: str, previous: Checkpoint, newest: int) -> Check
                            commit_file=display(new_commit_files[i]) if i in new_commit_files else None)
     window = sorted(i for i, b in batches.items() if b.offsets_file is not None)
     dropped = max(0, len(window) - newest)
-    keep_from = window[-newest] if window else head
+    keep_from = window[-newest] if len(window) >= newest else (window[0] if window else head)
     kept = tuple(batches[i] for i in sorted(batches) if i >= keep_from)
     kept_ids = {b.batch_id for b in kept}
     # Problems in read_checkpoint's order: metadata's, the offsets files', the commit files'.

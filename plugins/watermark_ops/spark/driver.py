@@ -667,9 +667,11 @@ def run_queries(spark, plans, spark_trigger: str, run_tag: str | None,
     :raises pyspark.errors.StreamingQueryException: when a query failed, after the other queries
         were stopped and every finished batch was recorded.
     """
+    remote = getattr(spark, "_watermark_ops_remote", None)  # {"url", "session_id"} of a Connect client
+    holder = {"spark_connect": remote} if remote else None
     with contextlib.ExitStack() as locks:
         for _, _, checkpoint, _ in plans:
-            locks.enter_context(checkpoint_lock(checkpoint))
+            locks.enter_context(checkpoint_lock(checkpoint, holder, on_takeover=_stop_orphans))
         if tick_landing and spark_trigger == "availableNow":
             for _, _, checkpoint, _ in plans:
                 owed = owed_trailing_batch(checkpoint)
@@ -679,6 +681,25 @@ def run_queries(spark, plans, spark_trigger: str, run_tag: str | None,
                                 "ran (its driver died); landed %s so that this run emits the windows it closes",
                                 checkpoint, owed, path)
         return _run_locked(spark, plans, spark_trigger, run_tag, late_rules or {})
+
+
+def _stop_orphans(previous: dict[str, Any]) -> None:
+    """On taking over the lock of a dead driver that ran on a Spark Connect server: stop the queries it
+    left running in its server-side session (its task was killed with no chance to stop them), so
+    that Spark does not refuse this run as a second active run of the checkpoint."""
+    remote = previous.get("spark_connect")
+    if not (isinstance(remote, dict) and remote.get("url") and remote.get("session_id")):
+        return
+    from watermark_ops.spark.connect import stop_session_queries
+
+    try:
+        stopped = stop_session_queries(remote["url"], remote["session_id"])
+    except Exception as exc:  # noqa: BLE001 - a server that is gone holds no query
+        log.warning("could not stop the queries of the dead driver's session %s: %s", remote["session_id"], exc)
+        return
+    if stopped:
+        log.warning("stopped %d queries the dead driver left on %s (session %s): %s", len(stopped), remote["url"],
+                    remote["session_id"], stopped)
 
 
 def _run_locked(spark, plans, spark_trigger: str, run_tag: str | None,
@@ -774,7 +795,13 @@ def _session(app_name: str, args):
     if args.shuffle_partitions is not None:
         conf["spark.sql.shuffle.partitions"] = str(args.shuffle_partitions)
     conf.setdefault("spark.sql.session.timeZone", "UTC")
-    return connect_session(remote, getattr(args, "session_id", None), conf)
+    from watermark_ops.spark.connect import new_session_id
+
+    session_id = getattr(args, "session_id", None) or new_session_id()
+    spark = connect_session(remote, session_id, conf)
+    # Recorded in the checkpoint's lock, so that a later driver can stop what this one leaves behind.
+    spark._watermark_ops_remote = {"url": remote, "session_id": session_id}
+    return spark
 
 
 def _server_lost(exc: BaseException) -> bool:

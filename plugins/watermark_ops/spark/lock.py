@@ -24,7 +24,7 @@ import os
 import socket
 import sys
 from datetime import datetime, timezone
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 log = logging.getLogger("watermark_ops.spark")
 
@@ -46,9 +46,15 @@ def lock_path(checkpoint: str) -> str | None:
 
 
 @contextlib.contextmanager
-def checkpoint_lock(checkpoint: str) -> Iterator[str | None]:
+def checkpoint_lock(checkpoint: str, holder: dict[str, Any] | None = None,
+                    on_takeover: Callable[[dict[str, Any]], None] | None = None) -> Iterator[str | None]:
     """Hold the checkpoint's lock while the block runs; yields the lock file (None: not lockable).
 
+    :param holder: more about this driver, recorded in the lock file (e.g. ``{"spark_connect": {"url",
+        "session_id"}}``: where its queries run when it is a Spark Connect client).
+    :param on_takeover: called with the previous holder's record (a dict) when the lock is taken over
+        from a driver that is gone, before the block runs (e.g. to stop the queries a dead Connect
+        client left on its server).
     :raises CheckpointInUse: when a live driver holds it (nothing is started then).
     """
     import fcntl
@@ -72,10 +78,14 @@ def checkpoint_lock(checkpoint: str) -> Iterator[str | None]:
         previous = _holder(fd)
         if previous:
             log.warning("taking over the lock of checkpoint %s from a driver that is gone (%s)", checkpoint, previous)
+            record = _record(fd)
+            if on_takeover is not None and record:
+                on_takeover(record)
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps({
             "pid": os.getpid(), "host": socket.gethostname(),
             "started_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "argv": sys.argv,
+            **(holder or {}),
         }).encode(), 0)
         try:
             yield path
@@ -84,6 +94,15 @@ def checkpoint_lock(checkpoint: str) -> Iterator[str | None]:
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+def _record(fd: int) -> dict[str, Any] | None:
+    """The lock file's JSON record, None when it is empty or not JSON."""
+    try:
+        record = json.loads(os.pread(fd, 65536, 0).decode("utf-8", errors="replace"))
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
 
 
 def _holder(fd: int) -> str:

@@ -9,7 +9,8 @@ it, and Airflow's own api-server app for the pages. Request counts come from
 :class:`watermark_ops.examples.s3server.DelayProxy` in front of the server (no delay here: counts
 only; timings are in ``benchmarks/poke_benchmark.py``).
 
-* the audit operator and the stall sensor (poke, reschedule) read ``s3://`` through ``conn_id``, and
+* the audit operator, the partitions operator and the stall sensor (poke, reschedule) read
+  ``s3://`` through ``conn_id``, and
   the registry records the connection for the monitor and the pages;
 * a poke from the remembered tail (kept in the asset state store between processes) makes no LIST;
 * a deferrable sensor notices a batch written to the server after its first poke, through the
@@ -160,20 +161,30 @@ def test_audit_operator_and_stall_sensor_read_through_the_connection(airflow_db,
 
     from tests.watermark_ops.airflow.registry_fixtures import registry_rows
     from watermark_ops.airflow.operators import WatermarkAuditOperator
+    from watermark_ops.airflow.partitions import WatermarkPartitionsOperator
     from watermark_ops.airflow.registry import record_key
     from watermark_ops.airflow.sensors import WatermarkStallSensor
     from watermark_ops.core.audit import run_audit
+    from watermark_ops.core.stall import evaluate
+    from watermark_ops.core.thresholds import Thresholds
+
+    emitted = evaluate(lake.local["healthy"], Thresholds(max_lag=None)).emitted_through_ms
 
     with _dag("wo_s3_audit_and_sensors") as dag:
         WatermarkAuditOperator(task_id="audit", checkpoint=lake.healthy, conn_id=aws_conn_id,
                                memory_asset=Asset(name="wo_s3_audit_memory"))
+        WatermarkPartitionsOperator(task_id="hours", checkpoint=lake.healthy, conn_id=aws_conn_id, grain="hour",
+                                    asset=Asset(name="wo_s3_hours"), since=emitted - 3 * 3_600_000)
         WatermarkStallSensor(task_id="healthy", checkpoint=lake.healthy, conn_id=aws_conn_id, max_idle="P3650D",
                              poke_interval=1)
         WatermarkStallSensor(task_id="stalled", checkpoint=lake.stalled, conn_id=aws_conn_id, mode="reschedule",
                              poke_interval=1, timeout=2)
     run = sf.run_dag(dag)
-    assert sf.task_states(run) == {("audit", -1): "success", ("healthy", -1): "success", ("stalled", -1): "failed"}
+    assert sf.task_states(run) == {("audit", -1): "success", ("hours", -1): "success", ("healthy", -1): "success",
+                                   ("stalled", -1): "failed"}
     values = sf.xcoms(run)
+    hours = values[("hours", -1, "return_value")]
+    assert hours["emitted_through_ms"] == emitted and hours["announced"]  # the hours before it, read from S3
 
     report, local = values[("audit", -1, "return_value")], run_audit(lake.local["healthy"]).to_dict()
     assert report["status"] == "ok" and report["location"] == lake.healthy
@@ -188,8 +199,8 @@ def test_audit_operator_and_stall_sensor_read_through_the_connection(airflow_db,
 
     # The registry names the connection: the monitor and the pages read the checkpoint with it.
     record = registry_rows()[record_key(lake.healthy)][0]
-    assert {(t["task_id"], t.get("conn_id")) for t in record["tasks"]} == {("audit", aws_conn_id),
-                                                                            ("healthy", aws_conn_id)}
+    assert {(t["task_id"], t.get("conn_id")) for t in record["tasks"]} == {
+        ("audit", aws_conn_id), ("hours", aws_conn_id), ("healthy", aws_conn_id)}
 
 
 def test_known_checkpoints_carry_the_connection():

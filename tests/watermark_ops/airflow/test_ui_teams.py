@@ -208,3 +208,18 @@ def test_an_unreadable_config_hides_what_only_it_claims(teams, tmp_path, monkeyp
     assert clients["bob"].get(f"{PREFIX}/api/checkpoints/teams/alpha-orders").status_code == 403
     rows = clients["alice"].get(f"{PREFIX}/api/checkpoints").json()["checkpoints"]
     assert "cannot read the monitor config" in rows[0]["error"]
+
+
+def test_each_team_pages_through_its_own_rows_only(teams):
+    """The user's filter comes before paging: the totals and pages count only what the user may see."""
+    clients, root = teams
+    alice = clients["alice"].get(f"{PREFIX}/api/checkpoints?page_size=2").json()
+    assert (alice["total"], alice["pages"], len(alice["checkpoints"])) == (3, 2, 2)
+    second = clients["alice"].get(f"{PREFIX}/api/checkpoints?page_size=2&page=2").json()
+    assert len(second["checkpoints"]) == 1
+    seen = {row["location"] for row in alice["checkpoints"] + second["checkpoints"]}
+    assert seen == {str(root / name) for name in ("alpha-orders", "shared", "unclaimed")}
+    guest = clients["guest"].get(f"{PREFIX}/api/checkpoints?page_size=2").json()
+    assert (guest["total"], guest["pages"], guest["checkpoints"]) == (0, 1, [])
+    page = clients["bob"].get(f"{PREFIX}/?page_size=2").text
+    assert "3 checkpoints" in page and "Page 1 of 2" in page and "alpha-orders" not in page

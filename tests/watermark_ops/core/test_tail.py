@@ -80,6 +80,11 @@ def test_the_tail_survives_json_and_stays_small(history):
     with pytest.raises(ValueError, match="format"):
         Tail.from_dict({"format": 99})
 
+    # a window wider than the whole history (the sensors' 100 batches on a young query)
+    wide = follow(str(history.checkpoint), None, newest=100)
+    again = follow(str(history.checkpoint), _roundtrip(wide), newest=100)
+    assert not again.requests["listed"] and again.checkpoint == read_checkpoint(str(history.checkpoint), newest=100)
+
 
 def test_on_s3_a_follow_after_new_batches_lists_nothing_and_equals_a_bounded_read(history, s3_server):
     fs = s3_server.filesystem()

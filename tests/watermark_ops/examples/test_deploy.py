@@ -3,13 +3,14 @@
 ``deploy.up()`` starts everything on 127.0.0.1 (the same code as ``make up``); ``flights_pipeline``
 is unpaused through the REST API with a catch-up of three daily intervals
 (``WATERMARK_OPS_PIPELINE_END``), and the **scheduler** runs it (no ``dags test``): three
-consecutive DAG runs, each a spark-submit to the standalone master restarting the same query from
-its checkpoint. In the third run, while its data batch is in flight, one Spark worker is killed
+consecutive DAG runs, each restarting the same query from its checkpoint, in the deployment's
+launch: a thin client of the Spark Connect server ``make up`` starts on the cluster (default), or
+with ``WATERMARK_OPS_DEPLOY_TEST_LAUNCH=submit`` a spark-submit to the standalone master per run. In the third run, while its data batch is in flight, one Spark worker is killed
 with SIGKILL: Spark reschedules its tasks on the other worker and the run still succeeds. Then:
 every run succeeded (REST API), each audit passed, the windows equal the pandas replay of the same
 days (what the ``local[2]`` runs write, checked in ``tests/spark_jobs``), every cancelled and
-diverted flight is quarantined once, the master ran three applications, and the completeness asset
-got its events. A deferrable ``WatermarkReachedSensor`` (DAG ``watermark_wait``), triggered after the
+diverted flight is quarantined once, the master ran the runs (three applications under submit; the
+one Connect server application, still running, under connect), and the completeness asset got its events. A deferrable ``WatermarkReachedSensor`` (DAG ``watermark_wait``), triggered after the
 first run for an instant only the third run closes, waits in the real triggerer and succeeds after
 the third run. ``deploy.down()`` stops every process it started, by PID.
 """
@@ -38,13 +39,16 @@ def deployment():
 
     home = Path(tempfile.mkdtemp(prefix="wmo-deploy-"))
     home.chmod(0o755)  # PostgreSQL runs as its own user and must reach its data folder
-    saved = {k: os.environ.get(k) for k in ("WATERMARK_OPS_HOME", "WATERMARK_OPS_PIPELINE_END")}
-    os.environ.update(WATERMARK_OPS_HOME=str(home), WATERMARK_OPS_PIPELINE_END="2013-01-03")
+    launch = os.environ.get("WATERMARK_OPS_DEPLOY_TEST_LAUNCH", "connect")
+    saved = {k: os.environ.get(k) for k in ("WATERMARK_OPS_HOME", "WATERMARK_OPS_PIPELINE_END",
+                                            "WATERMARK_OPS_SPARK_LAUNCH")}
+    os.environ.update(WATERMARK_OPS_HOME=str(home), WATERMARK_OPS_PIPELINE_END="2013-01-03",
+                      WATERMARK_OPS_SPARK_LAUNCH=launch)
     try:
         started = time.monotonic()
         urls = deploy.up()
         print(f"\ndeployment up in {time.monotonic() - started:.0f} s")
-        yield deploy, urls, home
+        yield deploy, urls, home, launch
     finally:
         stopped = deploy.down()
         for key, value in saved.items():
@@ -80,7 +84,7 @@ class Api:
 
 
 def test_unauthenticated_requests_are_refused(deployment):
-    _, urls, _ = deployment
+    _, urls, _, _ = deployment
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(urls["airflow"] + f"/api/v2/dags/{DAG}", timeout=30)
     assert refused.value.code == 401
@@ -90,7 +94,8 @@ def test_unauthenticated_requests_are_refused(deployment):
 
 
 def test_the_scheduler_runs_three_days_on_the_cluster_and_survives_a_killed_worker(deployment, spark):
-    deploy, urls, home = deployment
+    deploy, urls, home, launch = deployment
+    print(f"launch: {launch}")
     from watermark_ops.examples.flights.settings import job_locations
 
     locations = job_locations("flight_windows", home)
@@ -143,9 +148,17 @@ def test_the_scheduler_runs_three_days_on_the_cluster_and_survives_a_killed_work
     sensor = api.get(f"/api/v2/dags/watermark_wait/dagRuns/{waiting}/taskInstances/wait_for_watermark")
     third = api.get(f"/api/v2/dags/{DAG}/dagRuns/{runs[2]['dag_run_id']}/taskInstances/flight_windows")
     assert sensor["try_number"] == 1 and sensor["start_date"] < third["start_date"] < sensor["end_date"], (sensor, third)
-    # Three spark-submits to the standalone master, one application each.
     apps = [a["name"] for a in deploy.master_state()["completedapps"]]
-    assert apps.count("flight_windows") == 3, apps
+    if launch == "submit":  # three spark-submits to the standalone master, one application each
+        assert apps.count("flight_windows") == 3, apps
+    else:  # no application per run: each run was a client of the one Connect server on the cluster
+        assert "flight_windows" not in apps, apps
+        assert [a["name"] for a in deploy.master_state()["activeapps"]] == ["watermark-ops-connect"]
+        for run in runs:
+            entry = api.get(f"/api/v2/dags/{DAG}/dagRuns/{run['dag_run_id']}/taskInstances/flight_windows"
+                            "/xcomEntries/return_value?deserialize=true")
+            value = json.loads(entry["value"]) if isinstance(entry["value"], str) else entry["value"]
+            assert value["url"] == urls["connect"] + "/" and value["returncode"] == 0, value
     # The windows and the quarantine: what the pandas replay of the three days predicts.
     landed = [{"path": str(p)} for p in sorted(Path(locations["landing"]).glob("flights_*.jsonl"))]
     assert len(landed) == 3
@@ -167,8 +180,9 @@ def test_the_scheduler_runs_three_days_on_the_cluster_and_survives_a_killed_work
     rows = {row["name"]: row for row in api.get("/watermark-ops/api/checkpoints")["checkpoints"]}
     assert rows["flight_windows"]["audit_status"] == "ok" and rows["flight_windows"]["error"] is None
     print(f"killed {killed} while batch 4 was in flight; the run succeeded on the other worker")
-    lost = [line.split('"event":"')[-1][:160] for path in Path(deploy.folder(), "airflow", "logs").rglob("*.log")
-            for line in open(path) if "Lost task" in line or "Lost executor" in line]
+    logs = [*Path(deploy.folder(), "airflow", "logs").rglob("*.log"), Path(deploy.folder(), "logs", "spark-connect.log")]
+    lost = [line.split('"event":"')[-1][:160] for path in logs if path.exists()
+            for line in open(path, errors="replace") if "Lost task" in line or "Lost executor" in line]
     assert any("Lost executor" in line for line in lost), "the driver never noticed the killed worker"
     print("the driver saw:", *lost, sep="\n  ")
 

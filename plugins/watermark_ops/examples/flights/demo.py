@@ -16,6 +16,13 @@ Airflow remembers of the deleted checkpoints (the audit memory and the announced
 asset state store, ``python -m watermark_ops.airflow.memory forget``): otherwise the next audit
 would see a new query id at a remembered checkpoint and fail with ``checkpoint_reset``. The Airflow
 environment (home, DAG and plugin folders, ``spark_default``) defaults to the runtime folder.
+
+``--launch`` says how the Spark job runs: ``submit`` (spark-submit: a Spark application per run),
+``connect`` (a local Spark Connect server started first, stopped by its PID at the end; each run a
+thin client on it) or ``auto`` (default): whichever is faster end to end for these days, server
+start included, by :func:`choose_launch` from the figures ``benchmarks/connect_benchmark.py``
+measured on this machine (``<runtime>/bench/connect_benchmark.json``), or the defaults below
+without them. The demo says which it took and why.
 """
 
 from __future__ import annotations
@@ -40,6 +47,37 @@ from watermark_ops.examples.flights.settings import REPO_ROOT, airflow_config_en
 DAG_ID = "flights_pipeline"
 JOB = "flight_windows"
 DEFAULT_DAYS = ("2013-01-01", "2013-01-02", "2013-01-03")
+LAUNCHES = ("auto", "submit", "connect")
+#: Seconds per DAG run (whole run) per launch, and the Connect server's start, measured here
+#: (2 cores, `make bench` on 2026-11-25) and used when this machine has no benchmark figures yet.
+DEFAULT_FIGURES = {"submit_run_s": 24.0, "connect_run_s": 14.0, "server_start_s": 8.0}
+
+
+def bench_figures_path() -> Path:
+    """Where ``benchmarks/connect_benchmark.py`` leaves its figures for :func:`choose_launch`."""
+    return runtime_home() / "bench" / "connect_benchmark.json"
+
+
+def choose_launch(days: int, figures: dict[str, float] | None = None) -> tuple[str, str]:
+    """``("submit" | "connect", why)``: the launch with the shorter end-to-end time for ``days`` DAG
+    runs, the Connect server's start included: ``days × submit_run_s`` against
+    ``server_start_s + days × connect_run_s`` (seconds; :data:`DEFAULT_FIGURES` fills what
+    ``figures`` lacks)."""
+    f = {**DEFAULT_FIGURES, **(figures or {})}
+    submit = days * f["submit_run_s"]
+    connect = f["server_start_s"] + days * f["connect_run_s"]
+    choice = "connect" if connect < submit else "submit"
+    why = (f"{days} runs: submit ≈ {days} × {f['submit_run_s']:.1f} = {submit:.0f} s, connect ≈ "
+           f"{f['server_start_s']:.1f} (server start) + {days} × {f['connect_run_s']:.1f} = {connect:.0f} s")
+    return choice, why
+
+
+def _measured_figures() -> tuple[dict[str, float] | None, str]:
+    path = bench_figures_path()
+    try:
+        return json.loads(path.read_text()), f"measured by benchmarks/connect_benchmark.py ({path})"
+    except (OSError, ValueError):
+        return None, "defaults measured on a 2-core machine (run `make bench` to measure this one)"
 
 
 def airflow_environment() -> dict[str, str]:
@@ -259,6 +297,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run flights_pipeline for consecutive days and report each run.")
     parser.add_argument("days", nargs="*", default=list(DEFAULT_DAYS), help="interval start days, YYYY-MM-DD")
     parser.add_argument("--keep", action="store_true", help="keep earlier landing/checkpoint/output (restart on them)")
+    parser.add_argument("--launch", choices=LAUNCHES, default=os.environ.get("WATERMARK_OPS_DEMO_LAUNCH") or "auto",
+                        help="submit (spark-submit per run), connect (a Spark Connect server), auto (the faster here)")
+    parser.add_argument("--timings-json", metavar="FILE",
+                        help="also write the launch, the server start and each run's time breakdown (seconds) here")
     args = parser.parse_args(argv)
 
     from rich.console import Console
@@ -281,7 +323,35 @@ def main(argv: list[str] | None = None) -> int:
             console.print(f"[red]could not forget the deleted checkpoints' memories, see {log_file}")
             return 1
         console.print(f"Fresh start: {summary}")
+    launch = args.launch
+    if launch == "auto":
+        figures, source = _measured_figures()
+        launch, why = choose_launch(len(args.days), figures)
+        console.print(f"Spark launch: [bold]{launch}[/] (the faster end to end here; {why}; {source})")
+    else:
+        console.print(f"Spark launch: [bold]{launch}[/] (asked for)")
+    server, server_start_s = None, None
+    if launch == "connect":
+        from watermark_ops.spark.connect import start_connect_server
 
+        t0 = time.monotonic()
+        server = start_connect_server(home / "spark-connect.log", conf={"spark.sql.shuffle.partitions": "4"})
+        server_start_s = time.monotonic() - t0
+        console.print(f"Spark Connect server {server.url} (pid {server.pid}) started in {server_start_s:.1f} s; "
+                      f"stopped at the end")
+        env["AIRFLOW_CONN_SPARK_CONNECT_DEFAULT"] = json.dumps(
+            {"conn_type": "spark_connect", "host": server.host, "port": server.port})
+    env["WATERMARK_OPS_SPARK_LAUNCH"] = launch
+    try:
+        return _run_days(args, console, env, locations, log_file, started, launch, server_start_s)
+    finally:
+        if server is not None:
+            server.stop()
+
+
+def _run_days(args, console, env: dict[str, str], locations: dict[str, str], log_file: Path, started: float,
+              launch: str, server_start_s: float | None) -> int:
+    """Run the DAG for each day and print the tables (the body of :func:`main`)."""
     rows: list[dict] = []
     seen_tags: set[str] = set()
     timings: list[dict] = []
@@ -315,9 +385,16 @@ def main(argv: list[str] | None = None) -> int:
             console.print(f"[red]airflow dags test failed (exit {code}); see {log_file}")
             return 1
     console.print(runs_table(rows, console.width))
+    if args.timings_json:
+        Path(args.timings_json).write_text(json.dumps({
+            "launch": launch, "server_start_s": server_start_s,
+            "runs": [{**t, "start": t["start"].to_date_string()} for t in timings]}, indent=2))
     if timings:
         console.print(timing_table(timings, console.width))
-        console.print("° spark-submit, JVM and session start, until the first micro-batch of flight_windows began; "
+        first = ("the Connect client's start and session, until the first micro-batch of flight_windows began"
+                 if launch == "connect" else
+                 "spark-submit, JVM and session start, until the first micro-batch of flight_windows began")
+        console.print(f"° {launch} launch: {first}; "
                       "batches: its micro-batches; progress, audit, gate: the collect_progress, audit_checkpoint "
                       "and windows_complete tasks; † between and around tasks: `airflow dags test` start-up, "
                       "DAG parsing, scheduling.")
