@@ -48,15 +48,17 @@ screenshot: venv
 	$(PY) -m watermark_ops.examples.flights.screenshot
 
 # Figures, not asserts (README "Performance"): the audit and a poke vs cat, DAG file imports,
-# the overview at 1,000 checkpoints (local api-server and the S3 server), availableNow vs batch over
-# January, then all of 2013 per state store (about 20 minutes), then submit vs Spark Connect per DAG
-# run and 30 daily runs on one Connect server (about 10 minutes).
+# the overview at 1,000 checkpoints (local api-server and the S3 server), the monitor cycle at 1,000
+# checkpoints (local and on the S3 server, about 15 minutes), availableNow vs batch over January,
+# then all of 2013 per state store (about 20 minutes), then submit vs Spark Connect per DAG run and
+# 30 daily runs on one Connect server (about 10 minutes).
 bench: venv
 	$(PY) benchmarks/audit_benchmark.py
 	$(PY) benchmarks/poke_benchmark.py
 	$(PY) benchmarks/ui_benchmark.py
 	$(PY) benchmarks/overview_benchmark.py
 	$(PY) benchmarks/dag_import_benchmark.py
+	$(PY) benchmarks/monitor_benchmark.py
 	$(PY) benchmarks/flight_windows_benchmark.py --year
 	$(PY) benchmarks/s3_benchmark.py
 	$(PY) benchmarks/connect_benchmark.py

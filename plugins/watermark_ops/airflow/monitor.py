@@ -179,6 +179,12 @@ def evaluate_entry(entry: dict[str, Any], *, at: Any = None, cache: TailCache | 
         "storage_options"?: dict, <threshold>: value, ...}``.
     :param at: the evaluation instant (see :func:`watermark_ops.core.stall.evaluate`); default
         now, taken once the checkpoint's files are read.
+
+    The decision is the sensors' (:func:`watermark_ops.core.checks.check_tail`, goal ``healthy``):
+    ``done`` → healthy; ``skip`` (missing with ``missing_ok``) → counted ``missing``; ``wait``
+    (stalled, lagging, idle too long) and ``fail`` (jumped; missing without ``missing_ok``) → an
+    alarm; a checkpoint whose head cannot be classified (``StallInputError``) or read at all → an
+    ``unreadable`` alarm.
     :param cache: the previous cycles' memory (:class:`TailCache`); None: a full read of the
         window, nothing remembered.
     :return: ``{"counted": state | "missing" | "unreadable", "alarm": bool, "payload": dict | None,
@@ -190,7 +196,8 @@ def evaluate_entry(entry: dict[str, Any], *, at: Any = None, cache: TailCache | 
         ``message`` and ``name``; for an unreadable checkpoint ``{"location", "name", "state": None,
         "alarm": True, "outcome": "fail", "message", "problems": [ReadProblem dict | str]}``.
     """
-    from watermark_ops.core.stall import CheckpointMissing, StallInputError, evaluate_tail
+    from watermark_ops.core.checks import check_tail
+    from watermark_ops.core.stall import StallInputError
 
     location = entry["checkpoint"]
     name = entry.get("name") or location
@@ -198,41 +205,39 @@ def evaluate_entry(entry: dict[str, Any], *, at: Any = None, cache: TailCache | 
     remembered = cache.load(location, conn_id) if cache is not None else None
     out: dict[str, Any] = {"requests": None, "remembered": remembered is not None}
     try:
-        thresholds = _thresholds(entry)
-        kwargs: dict[str, Any] = {"at": at, "storage_options": entry.get("storage_options")}
-        filesystem = _filesystem(entry)
-        if filesystem is not None:
-            kwargs["filesystem"] = filesystem
+        kwargs: dict[str, Any] = {"goal": "healthy", "thresholds": _thresholds(entry),
+                                  "missing_ok": bool(entry.get("missing_ok")), "at": at,
+                                  "storage_options": entry.get("storage_options"), "filesystem": _filesystem(entry)}
         previous = _tail(remembered)
         try:
-            c, tail = evaluate_tail(location, thresholds, previous, **kwargs)
-        except (CheckpointMissing, StallInputError):
+            result, tail = check_tail(location, previous, **kwargs)
+        except StallInputError:
             raise
         except Exception as exc:  # noqa: BLE001 - the memory must never cost more than a full read
             if previous is None:
                 raise
             log.warning("%s: following the remembered tail failed (%r): read again in full", location, exc)
             out["remembered"] = False
-            c, tail = evaluate_tail(location, thresholds, None, **kwargs)
-        out["requests"] = {k: int(v) for k, v in tail.requests.items()}
-        if cache is not None:
-            cache.store(location, conn_id, tail.to_dict(), remembered)
-    except CheckpointMissing as exc:
-        if entry.get("missing_ok"):
-            return {**out, "counted": MISSING, "alarm": False, "payload": None}
-        return {**out, "counted": MISSING, "alarm": True,
-                "payload": {**_unreadable(entry, f"{exc}: expected a Structured Streaming checkpoint"),
-                            "problems": list(exc.problems)}}
+            result, tail = check_tail(location, None, **kwargs)
+        if tail is not None:
+            out["requests"] = {k: int(v) for k, v in tail.requests.items()}
+            if cache is not None:
+                cache.store(location, conn_id, tail.to_dict(), remembered)
     except StallInputError as exc:
         return {**out, "counted": UNREADABLE, "alarm": True,
                 "payload": _unreadable(entry, f"cannot classify the watermark: {exc}", exc.problems)}
     except Exception as exc:  # noqa: BLE001 - storage, connection, thresholds: this checkpoint alarms alone
         return {**out, "counted": UNREADABLE, "alarm": True,
                 "payload": _unreadable(entry, f"{location}: cannot classify the watermark: {exc!r}")}
-    if c.healthy:
-        return {**out, "counted": c.state, "alarm": False, "payload": None}
-    return {**out, "counted": c.state, "alarm": True,
-            "payload": {**c.to_dict(), "name": name, "outcome": "fail", "message": f"alarm: {c.summary()}"}}
+    c = result.classification
+    counted = c.state if c is not None else MISSING
+    if result.outcome in ("done", "skip"):  # healthy, or missing with missing_ok
+        return {**out, "counted": counted, "alarm": False, "payload": None}
+    # "wait" (stalled, lagging, idle too long: the sensor would fail once its timeout of 0 ran out)
+    # or "fail" (jumped, or a missing checkpoint without missing_ok): an alarm, as the sensor's XCom.
+    base = c.to_dict() if c is not None else _unreadable(entry, result.message)
+    return {**out, "counted": counted, "alarm": True,
+            "payload": {**base, "name": name, "outcome": "fail", "message": result.message}}
 
 
 def _tail(remembered: dict[str, Any] | None) -> Any:
