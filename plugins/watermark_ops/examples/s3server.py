@@ -177,7 +177,9 @@ class DelayProxy:
                 for key, value in response.getheaders():
                     if key.lower() not in ("transfer-encoding", "connection", "content-length"):
                         self.send_header(key, value)
-                self.send_header("Content-Length", str(len(data)))
+                # A HEAD answer has no body but the object's length (what clients read as its size).
+                length = response.getheader("Content-Length") if self.command == "HEAD" else None
+                self.send_header("Content-Length", length if length is not None else str(len(data)))
                 self.end_headers()
                 if self.command != "HEAD":
                     self.wfile.write(data)
