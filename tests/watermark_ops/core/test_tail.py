@@ -188,3 +188,24 @@ def test_on_s3_a_reset_a_purge_and_a_rewind_fall_back_to_a_listing(history, s3_s
     reset = follow(url, rewound, newest=WINDOW, filesystem=reader)
     assert reset.requests["listed"] and reset.query_id == "00000000-0000-4000-8000-00000000beef"
     assert reset.checkpoint == read_checkpoint(url, newest=WINDOW, filesystem=reader)
+
+
+def test_on_s3_a_sensor_poke_with_a_memory_is_six_requests(history, s3_server):
+    """evaluate_tail, the poke a sensor that remembers calls: the tail's five GETs and one HEAD of
+    the unchanged progress log (read and parsed at the first poke only)."""
+    fs = s3_server.filesystem()
+    bucket = osf.new_bucket(fs)
+    url = f"s3://{bucket}/cp"
+    osf.upload(fs, osf.s3_files(history.checkpoint, url))
+    at = read_checkpoint(str(history.checkpoint)).batches[-1].timestamp_ms + 60_000
+    proxy = osf.counting(s3_server)
+    try:
+        watcher = osf.proxied_filesystem(proxy)
+        first, tail = evaluate_tail(url, DEFAULT_THRESHOLDS, None, at=at, filesystem=watcher)
+        proxy.reset()
+        again, tail = evaluate_tail(url, DEFAULT_THRESHOLDS, _roundtrip(tail), at=at, filesystem=watcher)
+        assert dict(proxy.counts) == {"GET": 5, "HEAD": 1}
+        assert again.to_dict() == first.to_dict() == evaluate(url, DEFAULT_THRESHOLDS, at=at, filesystem=fs).to_dict()
+        assert again.inputs and again.history["batches_read"] == len(osf.offsets_ids(history.checkpoint))
+    finally:
+        proxy.close()
