@@ -162,6 +162,9 @@ def create_app(roots: Callable[[], CheckpointRoots], known: Callable[[], list[Kn
 
         checkpoint_roots = roots()
         fs = _filesystem(None, checkpoint_roots, root)
+        exact = getattr(checkpoint_roots, "exact", {})
+        if fs is None and root in exact and root not in checkpoint_roots.roots:  # a registered checkpoint's own root
+            fs = _filesystem(_entry_for(known, checkpoint_roots, exact[root]), checkpoint_roots, None)
         # raises PathRefused before anything is read
         location = checkpoint_roots.locate(root, path, **_reading(fs))
         if not may_see_location(user, location, _known_or_error(known), same=_place(checkpoint_roots)):
