@@ -1,7 +1,8 @@
 """watermark_monitor over checkpoints on the S3 API (the session's moto server), each read through
 its configured Airflow connection (conn_id): real Spark-written checkpoints copied into a bucket,
 one stalled, one with a corrupt head offsets file. The run alarms exactly those two, named by
-their s3:// locations; the next cycle reads from the memory the first left and agrees with it."""
+their s3:// locations; the next cycle reads from the memory the first left (no listing, a few
+small objects per checkpoint) and agrees with it."""
 
 from __future__ import annotations
 
@@ -91,3 +92,8 @@ def test_a_second_cycle_reads_from_the_memory_and_agrees(spark, s3_server, monke
     assert [a["location"] for a in cold["alarms"]] == [a["location"] for a in warm["alarms"]] == locations[2:]
     assert cold["remembered"] == 0 and len(list((tmp_path / "tails").iterdir())) == 3  # not the unreadable one
     assert cold_requests["LIST"] >= len(locations)
+    # The second cycle follows each readable checkpoint's remembered tail: no listing, a few small
+    # objects each (the unreadable one, never remembered, is read in full again).
+    assert warm["remembered"] == 3 and warm["requests"]["listed"] == 0 and warm["requests"]["list"] == 0
+    assert warm["requests"]["get"] <= 6 * 3 < cold["requests"]["get"]
+    assert warm_requests["GET"] < cold_requests["GET"] and warm_requests["LIST"] < cold_requests["LIST"]
