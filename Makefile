@@ -60,6 +60,7 @@ bench: venv
 	$(PY) benchmarks/dag_import_benchmark.py
 	$(PY) benchmarks/monitor_benchmark.py
 	$(PY) benchmarks/flight_windows_benchmark.py --year
+	$(PY) benchmarks/s3_benchmark.py
 	$(PY) benchmarks/connect_benchmark.py
 
 # A real deployment on 127.0.0.1 (PostgreSQL, Airflow 3 with the LocalExecutor, a Spark standalone

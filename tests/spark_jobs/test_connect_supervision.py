@@ -126,30 +126,37 @@ def test_killed_task_stops_its_query_on_the_server(connect_server, landing, refe
 
 
 def test_a_task_killed_without_on_kill_leaves_an_orphan_the_next_run_stops(connect_server, landing, reference,
-                                                                           tmp_path, caplog):
-    """The worker itself dies (SIGKILL: no on_kill, no timeout handler): the next driver takes the
-    dead driver's lock over, reads its Connect session from it and stops the orphan query first."""
+                                                                           tmp_path, capfd):
+    """The worker itself dies (SIGKILL: no on_kill, no timeout handler, nobody left to stop the
+    query): the next driver takes the dead driver's lock over, reads its Connect session from it and
+    stops the orphan query first."""
     import os
     import signal
+    import subprocess
+
+    from watermark_ops.spark.connect import new_session_id
 
     operator = _operator(landing, tmp_path, "orphaned")
-    thread, _ = _start(operator)
-    _wait_in_flight(tmp_path / "ck", thread)
-    os.killpg(operator._process.pid, signal.SIGKILL)  # the driver dies; nobody stops its query
-    thread.join(60)
-    follower = _operator(landing, tmp_path, "follower")
-    with caplog.at_level("INFO"):
-        follower.execute({})  # would be refused by Spark ("already active") while the orphan runs
-    assert "queries the dead driver left" in caplog.text
+    driver = subprocess.Popen(operator.command(connect_server.url, new_session_id()), start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    watcher = threading.Thread(target=driver.wait, daemon=True)
+    watcher.start()
+    try:
+        _wait_in_flight(tmp_path / "ck", watcher)
+    finally:
+        os.killpg(driver.pid, signal.SIGKILL)  # the driver dies with its worker; its query runs on
+        driver.wait(30)
+    capfd.readouterr()
+    _operator(landing, tmp_path, "follower").execute({})  # refused by Spark ("already active") while the orphan runs
+    out, err = capfd.readouterr()
+    assert "queries the dead driver left" in out + err  # the follower's driver log, relayed by the operator
     _assert_like_reference(tmp_path, reference)
 
 
 def test_second_run_of_an_active_checkpoint_is_refused(connect_server, landing, reference, tmp_path):
-    import flight_windows as fw
     from airflow.exceptions import AirflowException
-    from flight_inputs import classified_events
 
-    from watermark_ops.spark.connect import connect_session
+    from watermark_ops.spark.connect import connect_mode_env
 
     first = _operator(landing, tmp_path, "first")
     thread, outcome = _start(first)
@@ -157,7 +164,21 @@ def test_second_run_of_an_active_checkpoint_is_refused(connect_server, landing, 
     with pytest.raises(AirflowException, match="another driver holds the checkpoint"):
         _operator(landing, tmp_path, "second").execute({})  # the lock beside the checkpoint: exit 3
     # Past the lock (another host), Spark on the server refuses a second active run of the checkpoint.
-    spark = connect_session(connect_server.url)
+    with connect_mode_env():  # this process's later spark-submits and classic sessions must not turn Connect
+        _intrude(connect_server.url, landing, tmp_path)
+    thread.join(180)
+    assert outcome and isinstance(outcome[0], dict) and outcome[0]["returncode"] == 0
+    _assert_like_reference(tmp_path, reference)
+
+
+def _intrude(url: str, landing: str, tmp_path: Path) -> None:
+    """Start the windows query on ``tmp_path/ck`` from this process's own Connect session: refused."""
+    import flight_windows as fw
+    from flight_inputs import classified_events
+
+    from watermark_ops.spark.connect import connect_session
+
+    spark = connect_session(url)
     try:
         frame = fw.hourly_windows(classified_events(spark, landing, 1, None), "2 hours")
         with pytest.raises(Exception, match="already active"):
@@ -165,9 +186,6 @@ def test_second_run_of_an_active_checkpoint_is_refused(connect_server, landing, 
              .format("parquet").option("path", str(tmp_path / "intruder")).trigger(availableNow=True).start())
     finally:
         spark.stop()
-    thread.join(180)
-    assert outcome and isinstance(outcome[0], dict) and outcome[0]["returncode"] == 0
-    _assert_like_reference(tmp_path, reference)
 
 
 def test_server_killed_mid_batch_fails_the_task_and_the_next_run_recovers(connect_server, landing, reference,

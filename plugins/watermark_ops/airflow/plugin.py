@@ -9,8 +9,8 @@ nothing in the plugins folder. Airflow's api-server mounts the FastAPI app of
 Which checkpoints (:func:`page_known`): those DAG tasks registered
 (:mod:`watermark_ops.airflow.registry`) and those of ``[watermark_ops] checkpoints`` /
 ``monitor_config`` (:mod:`watermark_ops.airflow.config`). What a page may read (:func:`page_roots`):
-the folders of ``[watermark_ops] checkpoint_roots``, and each registered local checkpoint's own
-folder, exactly that one (:class:`PageRoots`).
+the folders and prefixes of ``[watermark_ops] checkpoint_roots``, and each registered checkpoint's own
+folder (local or on object storage), exactly that one (:class:`PageRoots`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 from airflow.plugins_manager import AirflowPlugin
 
 from watermark_ops.airflow.ui import create_app
-from watermark_ops.core.roots import CheckpointRoots, PathRefused
+from watermark_ops.core.roots import CheckpointRoots, PathRefused, is_url
 
 __all__ = ["URL_PREFIX", "PageRoots", "WatermarkOpsPlugin", "page_known", "page_roots"]
 
@@ -37,7 +37,8 @@ URL_PREFIX = "/watermark-ops"
 class PageRoots(CheckpointRoots):
     """The configured roots, plus single checkpoint folders a page may read and nothing beside them.
 
-    :ivar exact: root name -> one checkpoint folder (local). Its one page address is
+    :ivar exact: root name -> one checkpoint folder (local) or object-store location (a URL,
+        read with the ``conn_id`` its tasks registered). Its one page address is
         ``<name>/<the folder's base name>``; any other path under that name is refused (404).
     """
 
@@ -59,6 +60,10 @@ class PageRoots(CheckpointRoots):
             location = self.exact[root]
             if relative != os.path.basename(location.rstrip("/")):
                 raise PathRefused(404, f"no checkpoint folder {relative!r} under root {root!r}")
+            if is_url(location):  # exactly that prefix: nothing else is named
+                if not self._url_dir_exists(root, location, kwargs.get("filesystem")):
+                    raise PathRefused(404, f"no checkpoint folder {relative!r} under root {root!r}")
+                return location
             target = os.path.realpath(location)
             if not os.path.isdir(target):
                 raise PathRefused(404, f"no checkpoint folder {relative!r} under root {root!r}")
@@ -68,11 +73,16 @@ class PageRoots(CheckpointRoots):
     def address(self, location: str) -> tuple[str, str] | None:
         """As :meth:`CheckpointRoots.address`; else the exact root holding exactly ``location``."""
         found = super().address(location)
-        if found is not None or ("://" in location and not location.startswith("file://")):
+        if found is not None:
             return found
+        if is_url(location):
+            for name, url in self.exact.items():
+                if is_url(url) and url == location.rstrip("/"):
+                    return name, url.rsplit("/", 1)[-1]
+            return None
         path = os.path.realpath(location.removeprefix("file://"))
         for name, folder in self.exact.items():
-            if os.path.realpath(folder) == path:
+            if not is_url(folder) and os.path.realpath(folder) == path:
                 return name, os.path.basename(folder.rstrip("/"))
         return None
 
@@ -101,8 +111,8 @@ def page_known() -> list[dict[str, Any]]:
 
 
 def page_roots() -> PageRoots:
-    """``[watermark_ops] checkpoint_roots`` plus an exact root for each registered local checkpoint
-    that no configured root holds.
+    """``[watermark_ops] checkpoint_roots`` plus an exact root for each registered checkpoint (local,
+    or on object storage) that no configured root holds.
 
     :raises ValueError: for a bad ``checkpoint_roots`` (the overview names it).
     """
@@ -113,9 +123,13 @@ def page_roots() -> PageRoots:
     exact = {}
     for record in server_registry()[0]:
         location = record["checkpoint"]
-        if "://" in location and not location.startswith("file://"):
-            continue  # object storage: the pages read local folders only
-        if roots.address(location) is None:
+        if roots.address(location) is not None:
+            continue
+        if is_url(location):  # read with the connection its tasks registered
+            location = location.rstrip("/")
+            if "/" in location.split("://", 1)[1]:  # a prefix below a bucket, not a whole bucket
+                exact[PageRoots.name_for(location)] = location
+        else:
             location = os.path.abspath(location.removeprefix("file://"))
             exact[PageRoots.name_for(location)] = location
     return PageRoots(roots.roots, exact, access=roots.access)

@@ -139,8 +139,10 @@ class _WatermarkSensor(BaseSensorOperator):
             raise AirflowException(f"cannot classify the watermark of {self.checkpoint}: {exc}") from exc
         self._tail = tail
         if tail is not None:
-            self.log.info("read %s: %s", self.checkpoint,
-                          ", ".join(f"{n} {kind.upper()}" for kind, n in sorted(tail.requests.items())) or "nothing")
+            counts = {k: n for k, n in tail.requests.items() if isinstance(n, int) and not isinstance(n, bool)}
+            self.log.info("read %s (%s): %s", self.checkpoint,
+                          "listed" if tail.requests.get("listed") else "from the remembered tail, no listing",
+                          ", ".join(f"{n} {kind.upper()}" for kind, n in sorted(counts.items())) or "nothing")
             if memory is not None:
                 try:
                     memory.save(self.checkpoint, tail)

@@ -2,14 +2,21 @@
 
 Routes (under the mount prefix, ``/watermark-ops`` in :mod:`watermark_ops.airflow.plugin`)::
 
-    GET /                                   overview: every known checkpoint, problems first (HTML)
-    GET /api/checkpoints                    the same rows as JSON
+    GET /[?page=N&page_size=M]              overview: every known checkpoint, problems first, paged
+                                            (HTML; default 100 rows a page, at most 1,000)
+    GET /api/checkpoints[?page=N&page_size=M]    the same page as JSON, with the totals
     GET /checkpoints/{root}/{path}[?limit=N]     one checkpoint's page (HTML); the chart draws the
                                                  newest N batches (default 500, 0: all)
     GET /api/checkpoints/{root}/{path}[?limit=N] the same data as JSON
     GET /dags/{dag_id}[?task_id=...]        the page of the checkpoint the task (else the DAG)
                                             touches, when it is one (the link from the DAG and
                                             task-instance views); else the overview
+
+The overview is one shared evaluation of every known checkpoint
+(:class:`watermark_ops.core.overview_cache.SharedOverview`: each checkpoint read only for what
+changed since the last look, at most one refresh at a time, served for ``[watermark_ops]
+overview_max_age`` seconds), then filtered per user and paged. The endpoints are synchronous
+(FastAPI runs them in its threadpool): nothing is read on the api-server's event loop.
 
 Every route requires an authenticated Airflow user, exactly as the rest of the UI: the JWT of the
 ``Authorization: Bearer`` header or of the UI's ``_token`` cookie, checked by the api-server's own
@@ -162,6 +169,9 @@ def create_app(roots: Callable[[], CheckpointRoots], known: Callable[[], list[Kn
 
         checkpoint_roots = roots()
         fs = _filesystem(None, checkpoint_roots, root)
+        exact = getattr(checkpoint_roots, "exact", {})
+        if fs is None and root in exact and root not in checkpoint_roots.roots:  # a registered checkpoint's own root
+            fs = _filesystem(_entry_for(known, checkpoint_roots, exact[root]), checkpoint_roots, None)
         # raises PathRefused before anything is read
         location = checkpoint_roots.locate(root, path, **_reading(fs))
         if not may_see_location(user, location, _known_or_error(known), same=_place(checkpoint_roots)):

@@ -17,6 +17,7 @@ Modules, in the order data flows through them::
     thresholds   the stall thresholds
     facts        per-batch facts for the stall classification
     partition_skew  event-time skew between partitions (origins): newest event time, leader, gaps
+    tail         follow the newest batches from poke to poke by name (no listing): a constant cost per poke
     stall        classify the watermark: advancing, idle, stalled, lagging, jumped (+ partition skew warnings)
     checks       the one evaluation sensors and triggers share (done, wait, fail, skip)
     lateness     rows dropped per run, observed lateness, delay-threshold advice
@@ -50,7 +51,8 @@ _HOMES = {
     "run_report": "progress",
     "RULES": "rules", "Finding": "rules",
     "STATES": "stall", "CheckpointMissing": "stall", "Classification": "stall", "StallInputError": "stall",
-    "classify": "stall", "evaluate": "stall",
+    "classify": "stall", "evaluate": "stall", "evaluate_tail": "stall",
+    "Tail": "tail", "follow": "tail",
     "CheckpointStatus": "status",
     "DEFAULT_THRESHOLDS": "thresholds", "Thresholds": "thresholds",
     "duration": "times", "instant_ms": "times", "iso_utc": "times",

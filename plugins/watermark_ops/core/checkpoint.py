@@ -15,7 +15,22 @@ Public API (stable; other modules build on it)
     whose cost does not grow with the history (the sensors' and ``status``'s path,
     :func:`watermark_ops.core.stall.read_recent`); the audit reads everything.
     A plain local path is listed and read with ``os`` (no fsspec import, no per-file overhead);
-    anything else goes through fsspec.
+    anything else goes through fsspec (``filesystem=`` an fsspec filesystem, e.g. the one an
+    Airflow connection builds, ``watermark_ops.airflow.storage.checkpoint_filesystem``; the
+    location is then a path or URL on it: ``s3://b/k`` and ``b/k`` both work).
+    On a remote filesystem (object storage, HDFS): every listing is fresh (the filesystem's
+    listing cache is dropped first: s3fs keeps listings forever by default); the files are read
+    concurrently, at most :data:`MAX_CONCURRENT_READS` at once (one GET per small object on
+    s3fs); an object that cannot be read, that was listed but is not found, or that reads as
+    half-written is read again within :data:`RETRY_DELAYS_S`, then reported by name.
+
+``read_log_files(storage, offsets_files, commit_files, metadata_path, probed=..., probed_offsets=...)``
+    The reading and parsing step of ``read_checkpoint`` for given files (by batch id), for
+    :mod:`watermark_ops.core.tail`, which fetches the next batch files by name instead of listing.
+
+``open_storage(location, filesystem=..., storage_options=...)`` / ``filesystem_for(location, filesystem)``
+    The storage a reader of the same checkpoint uses (the file source's log, the ledger), and
+    whether another location (a landed file, a sink) is on the same filesystem.
 
 ``Checkpoint`` (frozen dataclass)
     ``location`` (str: an absolute local path, or a URL such as ``s3://b/cp``), ``query_id``

@@ -124,18 +124,19 @@ class _Reader:
 
     def stat(self) -> tuple[int, Any]:
         """``(size in bytes, a version marker)``, fresh (not from a cached listing): the marker
-        is the modification time locally, the ETag (else the modification time) on object
-        storage (one HEAD). :raises FileNotFoundError:"""
-        if self.fs is None:
-            st = os.stat(self.path)
-            return st.st_size, st.st_mtime_ns
+        is the object's content hash on object storage (S3's ETag: one HEAD), None elsewhere
+        (nothing remembered then). :raises FileNotFoundError:"""
+        if self.fs is None:  # no marker: a same-size rewrite can keep the mtime (clock ticks); read again
+            return os.stat(self.path).st_size, None
         try:
             self.fs.invalidate_cache(self.path)
         except Exception:  # noqa: BLE001 - a filesystem without a cache
             pass
         info = self._retrying(lambda: self.fs.info(self.path))
-        marker = info.get("ETag") or info.get("LastModified") or info.get("mtime") or info.get("created")
-        return int(info["size"]), str(marker) if marker is not None else None
+        # Only a content hash is trusted (S3's ETag, GCS's md5Hash, ...): a modification time
+        # may not change on a same-size rewrite within its resolution.
+        marker = info.get("ETag") or info.get("md5Hash") or info.get("etag") if self.remote else None
+        return int(info["size"]), str(marker) if marker else None
 
     def range(self, start: int, end: int) -> bytes:
         """Bytes ``[start, end)``."""
@@ -197,8 +198,8 @@ def read_progress_tail(location: str, since_batch_id: int, *, query_id: str | No
     reached, or ``max_bytes`` were read. The log is written in time order, so what lies before that
     line belongs to earlier batches or an earlier query. The cost depends on how many records the
     requested batches have, not on the length of the log; a log unchanged since this process last
-    read the same tail (same size and version marker: one ``stat`` locally, one HEAD on object
-    storage) is not read nor parsed again.
+    read the same tail (same size and ETag: one HEAD on object storage) is not read nor parsed
+    again; a local log is always read (a local read costs less than the doubt).
 
     :param since_batch_id: the lowest batch id whose records are wanted (e.g. the oldest batch a
         bounded checkpoint read holds); records of lower batch ids are left out.
@@ -247,8 +248,8 @@ def read_progress_tail(location: str, since_batch_id: int, *, query_id: str | No
 
 
 #: Tail reads remembered by this process, keyed by the log and what was asked, with the log's
-#: size and version marker when read: a poke of a log that did not change since (the same size
-#: and ETag / modification time, one HEAD on object storage) parses nothing again.
+#: size and ETag when read: a poke of a log on object storage that did not change since (the same
+#: size and ETag, one HEAD) reads and parses nothing again. Local logs are not remembered.
 _TAIL_CACHE: collections.OrderedDict[tuple, tuple[tuple[int, Any], ProgressLog]] = collections.OrderedDict()
 _TAIL_CACHE_SIZE = 512
 _TAIL_LOCK = threading.Lock()

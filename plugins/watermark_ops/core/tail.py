@@ -234,8 +234,14 @@ def _follow(storage: Any, root: str, previous: Checkpoint, newest: int) -> Check
     if lowest is not None and lowest != head:
         offsets[lowest] = f"{root}/offsets/{lowest}"
     commits = {head + 1: f"{root}/commits/{head + 1}"}
-    if not head_batch.committed:
-        commits[head] = f"{root}/commits/{head}"
+    # Read again: the in-flight head's commit, and every file of the window that had a problem
+    # (a half-written or unreadable file may read well now, as a fresh bounded read would).
+    reread = {("commits", head)} if not head_batch.committed else set()
+    reread |= {(_log_of(p), p.batch_id) for p in previous.problems
+               if p.batch_id is not None and _log_of(p) in ("offsets", "commits")
+               and (_log_of(p), p.batch_id) != ("offsets", head)}
+    for log, i in reread:
+        (offsets if log == "offsets" else commits)[i] = f"{root}/{log}/{i}"
     metadata_path = f"{root}/metadata"
     files = read_log_files(storage, offsets, commits, metadata_path, probed=commits.values(),
                            probed_offsets=offsets.values())
@@ -245,12 +251,14 @@ def _follow(storage: Any, root: str, previous: Checkpoint, newest: int) -> Check
         return None  # rewound, purged, or the head's offsets changed
     if not previous.has_commit_log and files.commit_files:
         return None  # a commit log appeared: list to see it whole
+    if any(log == "offsets" and i not in files.offsets_files for log, i in reread):
+        return None  # an offsets file of the window is gone: the window is not what it was
     found_offsets = {i: p for i, p in files.offsets_files.items() if i > head}
     new_offsets = {i: files.offsets.get(i) for i in found_offsets}
     new_commits = {i: files.commits.get(i) for i in files.commit_files if i > head}
     new_commit_files = {i: p for i, p in files.commit_files.items() if i > head}
     new_problems = [p for p in files.problems if p.batch_id is not None and p.batch_id > head]
-    head_commit_problems = [p for p in files.problems if p.batch_id == head and p.file.endswith(f"/commits/{head}")]
+    reread_problems = [p for p in files.problems if (_log_of(p), p.batch_id) in reread]
     meta_problems = [p for p in files.problems if p.batch_id is None]
     # Next batches by name while the newest candidate exists.
     step, next_id = 1, head + 2
@@ -284,28 +292,35 @@ def _follow(storage: Any, root: str, previous: Checkpoint, newest: int) -> Check
     new_commits = {i: c for i, c in new_commits.items() if i in found_offsets}
     display = storage.display
     batches = {b.batch_id: b for b in previous.batches}
-    if not head_batch.committed and head in files.commit_files:
-        batches[head] = Batch(batch_id=head, offsets=head_batch.offsets, commit=files.commits.get(head),
-                              offsets_file=head_batch.offsets_file, commit_file=display(files.commit_files[head]))
+    for log, i in reread:
+        batch = batches.get(i)
+        if batch is None:
+            continue
+        if log == "offsets":
+            batches[i] = Batch(batch_id=i, offsets=files.offsets.get(i), commit=batch.commit,
+                               offsets_file=batch.offsets_file, commit_file=batch.commit_file)
+        else:
+            found = i in files.commit_files
+            batches[i] = Batch(batch_id=i, offsets=batch.offsets, commit=files.commits.get(i) if found else None,
+                               offsets_file=batch.offsets_file,
+                               commit_file=display(files.commit_files[i]) if found else None)
     for i, path in found_offsets.items():
         batches[i] = Batch(batch_id=i, offsets=new_offsets.get(i), commit=new_commits.get(i),
                            offsets_file=display(path),
                            commit_file=display(new_commit_files[i]) if i in new_commit_files else None)
+    # A batch known only by a commit that is gone now (a probed in-flight commit) is not held.
+    batches = {i: b for i, b in batches.items() if b.offsets_file is not None or b.commit_file is not None}
     window = sorted(i for i, b in batches.items() if b.offsets_file is not None)
     dropped = max(0, len(window) - newest)
     keep_from = window[-newest] if len(window) >= newest else (window[0] if window else head)
     kept = tuple(batches[i] for i in sorted(batches) if i >= keep_from)
     kept_ids = {b.batch_id for b in kept}
     # Problems in read_checkpoint's order: metadata's, the offsets files', the commit files'.
-    old = [p for p in previous.problems if p.batch_id is not None and p.batch_id in kept_ids]
-    old_offsets = [p for p in old if _log_of(p) == "offsets"]
-    old_commits = [p for p in old if _log_of(p) == "commits" and not (p.batch_id == head and not head_batch.committed)]
-    new_offsets_problems = [p for p in new_problems if _log_of(p) == "offsets" and p.batch_id in kept_ids]
-    new_commit_problems = [p for p in new_problems if _log_of(p) == "commits" and p.batch_id in kept_ids]
-    if not head_batch.committed and head in kept_ids:
-        new_commit_problems = head_commit_problems + new_commit_problems
-    problems = (meta_problems + sorted(old_offsets + new_offsets_problems, key=lambda p: p.batch_id)
-                + sorted(old_commits + new_commit_problems, key=lambda p: p.batch_id))
+    old = [p for p in previous.problems if p.batch_id is not None and p.batch_id in kept_ids
+           and (_log_of(p), p.batch_id) not in reread]
+    fresh = [p for p in reread_problems + new_problems if p.batch_id in kept_ids]
+    problems = (meta_problems + sorted([p for p in old + fresh if _log_of(p) == "offsets"], key=lambda p: p.batch_id)
+                + sorted([p for p in old + fresh if _log_of(p) == "commits"], key=lambda p: p.batch_id))
     return Checkpoint(location=previous.location, query_id=files.query_id, batches=kept, problems=tuple(problems),
                       has_commit_log=previous.has_commit_log, metadata_file=previous.metadata_file, newest=newest,
                       unread_batches=previous.unread_batches + dropped,

@@ -298,6 +298,28 @@ def check_versions(spark) -> str:
     return client
 
 
+#: What pyspark sets in ``os.environ`` when a process creates a Connect session: it marks the whole
+#: process as a Connect client (``is_remote()``), and child processes inherit it, so a spark-submit
+#: started afterwards by the same process builds a Connect session instead of its own and fails
+#: with CONNECT_URL_NOT_SET.
+CONNECT_MODE_VARIABLES = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE")
+
+
+@contextlib.contextmanager
+def connect_mode_env():
+    """Restore :data:`CONNECT_MODE_VARIABLES` as they were when the block ends: for a process that is
+    not a Connect client itself (an Airflow worker, a test run) and briefly uses a Connect session."""
+    saved = {name: os.environ.get(name) for name in CONNECT_MODE_VARIABLES}
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def stop_session_queries(url: str, session_id: str, timeout_seconds: float = 30.0) -> list[str]:
     """Attach to the server-side session ``session_id`` and stop its active streaming queries.
 
@@ -326,9 +348,10 @@ def stop_session_queries(url: str, session_id: str, timeout_seconds: float = 30.
         except Exception as exc:  # noqa: BLE001 - reported to the caller
             outcome["error"] = exc
 
-    thread = threading.Thread(target=work, name="stop-session-queries", daemon=True)
-    thread.start()
-    thread.join(timeout_seconds)
+    with connect_mode_env():  # the caller (an Airflow worker) is no Connect client: leave its environment as it was
+        thread = threading.Thread(target=work, name="stop-session-queries", daemon=True)
+        thread.start()
+        thread.join(timeout_seconds)
     if thread.is_alive():
         raise ConnectServerError(f"Spark Connect server {url} did not answer within {timeout_seconds:.0f} s "
                                  f"while stopping the queries of session {session_id}")

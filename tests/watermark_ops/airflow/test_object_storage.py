@@ -425,3 +425,35 @@ def test_object_store_paths_outside_the_prefix_are_refused(s3_pages, raw_path, s
         assert reply.status_code == status, (route, reply.text)
         assert "5ec7e7a1" not in reply.text  # the outside checkpoints' query id never shows
     assert _outside_prefix(paths) == [], paths
+
+
+def test_a_registered_object_store_checkpoint_gets_its_own_page(s3_pages, lake, aws_conn_id):
+    """No root holds it: a task that read it through ``conn_id`` registered it, so the pages read
+    exactly that prefix with that connection, and nothing beside it."""
+    from airflow.sdk import Asset
+
+    from watermark_ops.airflow.operators import WatermarkAuditOperator
+    from watermark_ops.airflow.plugin import PageRoots
+    from watermark_ops.examples.s3server import upload_tree
+
+    client, _ = s3_pages
+    location = f"s3://{OTHER_BUCKET}/registered/job"
+    local = lake.folder / "registered"
+    cf.handmade_checkpoint(str(local), [(0, 1_357_000_000_000), (1_357_000_000_000, 1_357_000_060_000)],
+                           query_id="4e915e2e-0000-4000-8000-000000000001")
+    upload_tree(lake.fs, local, location)
+    with _dag("wo_s3_registered_elsewhere") as dag:
+        WatermarkAuditOperator(task_id="audit", checkpoint=location, conn_id=aws_conn_id,
+                               memory_asset=Asset(name="wo_s3_registered_memory"))
+    assert sf.task_states(sf.run_dag(dag)) == {("audit", -1): "success"}
+
+    name = PageRoots.name_for(location)
+    rows = {row["location"]: row for row in client.get("/watermark-ops/api/checkpoints").json()["checkpoints"]}
+    assert rows[location]["url"] == f"/watermark-ops/checkpoints/{name}/job" and rows[location]["error"] is None
+    assert rows[location]["query_id"] == "4e915e2e-0000-4000-8000-000000000001"
+    data = client.get(f"/watermark-ops/api/checkpoints/{name}/job").json()
+    assert data["location"] == location and data["row"]["head_batch_id"] == 1
+    for path, status in ((f"{name}/other", 404), (f"{name}/job%2f..%2f..%2fcp%2fsecret", 404),
+                         (f"{name}/..%2f..%2fcp%2fsecret", 404)):  # only its one address: as for local
+        reply = client.get(f"/watermark-ops/api/checkpoints/{path}")
+        assert reply.status_code == status and "5ec7e7a1" not in reply.text, (path, reply.text)

@@ -1,8 +1,8 @@
 """WatermarkTrigger: kwargs validated before serializing, and run() driven to its one event with asyncio.
 
 Checkpoints are real (``stall_fixtures``). To prove that the trigger's blocking fsspec I/O runs off
-the event loop, a test reads the checkpoint through a filesystem whose listing blocks until the
-event loop itself releases it: were the I/O on the loop's thread, the loop could never release it.
+the event loop, a test reads the checkpoint through a filesystem whose reads block until the
+event loop itself releases them: were the I/O on the loop's thread, the loop could never release it.
 """
 
 from __future__ import annotations
@@ -118,11 +118,11 @@ def test_unreadable_head_fires_an_error_event(spark, tmp_path):
 
 
 class GatedFileSystem(LocalFileSystem):
-    """The local filesystem under ``gatedfile://``, whose listings call ``on_ls(path)`` first (in the
-    thread doing the I/O): a test uses it to hold a poll until the event loop releases it."""
+    """The local filesystem under ``gatedfile://``, whose file reads call ``on_read(path)`` first
+    (in the thread doing the I/O): a test uses it to hold a poll until the event loop releases it."""
 
     protocol = ("gatedfile",)
-    on_ls = None
+    on_read = None
 
     @classmethod
     def _strip_protocol(cls, path):
@@ -131,16 +131,18 @@ class GatedFileSystem(LocalFileSystem):
             path = path[len("gatedfile://"):]
         return super()._strip_protocol(path)
 
-    def ls(self, path, detail=False, **kwargs):
-        hook = type(self).on_ls
+    def cat_file(self, path, start=None, end=None, **kwargs):
+        hook = type(self).on_read
         if hook is not None:
             hook(self._strip_protocol(path))
-        return super().ls(path, detail=detail, **kwargs)
+        return super().cat_file(path, start=start, end=end, **kwargs)
 
 
 def test_heals_while_polling_without_blocking_the_event_loop(spark, tmp_path):
-    """Poll 1 sees the stall; poll 2's first listing blocks (in its worker thread) until the event
-    loop has healed the stall (a real Spark run, awaited in another thread) and opened the gate."""
+    """Poll 1 sees the stall (it lists and remembers the tail); every read of poll 2 (which follows
+    the tail: no listing) blocks in its worker thread until the event loop has healed the stall (a
+    real Spark run, awaited in another thread) and opened the gate; poll 2 then fetches the new
+    batches by name and is done."""
     import fsspec
 
     fsspec.register_implementation("gatedfile", GatedFileSystem, clobber=True)
@@ -148,21 +150,18 @@ def test_heals_while_polling_without_blocking_the_event_loop(spark, tmp_path):
     root = stream.checkpoint()
     assert stall.evaluate(root).state == "stalled"
 
-    polls_started = []
+    trigger = WatermarkTrigger(checkpoint="gatedfile://" + root, poll_interval=0.1, timeout=timedelta(minutes=5))
     second_poll_waiting = threading.Event()
     gate = threading.Event()
 
-    def on_ls(path: str) -> None:
-        if path.rstrip("/") != root:
+    def on_read(path: str) -> None:
+        if not path.startswith(root + "/") or trigger._tail is None:  # poll 1 (it sets the tail) reads freely
             return
-        polls_started.append(path)
-        if len(polls_started) == 2:
-            second_poll_waiting.set()
-            if not gate.wait(timeout=120):  # only the event loop opens it
-                raise TimeoutError("the event loop never opened the gate: the trigger blocked it")
+        second_poll_waiting.set()
+        if not gate.wait(timeout=120):  # only the event loop opens it
+            raise TimeoutError("the event loop never opened the gate: the trigger blocked it")
 
     async def scenario():
-        trigger = WatermarkTrigger(checkpoint="gatedfile://" + root, poll_interval=0.1, timeout=timedelta(minutes=5))
         task = asyncio.create_task(_one_event(trigger))
         while not second_poll_waiting.is_set():  # the loop keeps running while poll 2 is held
             await asyncio.sleep(0.05)
@@ -170,11 +169,11 @@ def test_heals_while_polling_without_blocking_the_event_loop(spark, tmp_path):
         gate.set()
         return await task
 
-    GatedFileSystem.on_ls = on_ls
+    GatedFileSystem.on_read = on_read
     try:
         payload, count = asyncio.run(scenario())
     finally:
-        GatedFileSystem.on_ls = None
+        GatedFileSystem.on_read = None
     assert (payload["status"], payload["polls"], count) == ("done", 2, 1)
     assert payload["classification"]["state"] == "advancing"
     assert payload["classification"]["latest_data_batch"]["inputs_advanced"] == [0, 1]

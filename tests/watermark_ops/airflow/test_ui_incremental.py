@@ -37,8 +37,8 @@ def batch_reads(monkeypatch):
     for storage in (checkpoint._LocalStorage, checkpoint._FsspecStorage):
         real = storage.read
 
-        def read(self, paths, _real=real):
-            content = _real(self, paths)
+        def read(self, paths, *args, _real=real, **kwargs):
+            content = _real(self, paths, *args, **kwargs)
             seen.extend(p for p in paths if ("/offsets/" in p or "/commits/" in p)
                         and not isinstance(content(p), Exception))
             return content

@@ -72,6 +72,25 @@ def test_a_follow_after_new_batches_is_a_fresh_bounded_read(history, tmp_path):
     assert tail.newest == recent_batches(DEFAULT_THRESHOLDS) and tail.requests["listed"]  # another window: listed
 
 
+def test_a_file_with_a_problem_in_the_window_is_read_again(history, tmp_path):
+    """A half-written file a poke saw may be whole at the next poke (and a good one may break):
+    the follow reads the window's troubled files again, as a fresh bounded read would."""
+    ids = osf.offsets_ids(history.checkpoint)
+    checkpoint = cf.copy_checkpoint(history.checkpoint, tmp_path / "cp")
+    commit = checkpoint / "commits" / str(ids[-2])
+    whole = commit.read_bytes()
+    commit.write_bytes(whole[:4])  # caught while being written
+    first = follow(str(checkpoint), None, newest=WINDOW)
+    assert len(first.checkpoint.problems) == 1 and first.checkpoint.problems[0].batch_id == ids[-2]
+    commit.write_bytes(whole)
+    healed = follow(str(checkpoint), _roundtrip(first), newest=WINDOW)
+    assert not healed.requests["listed"] and healed.checkpoint.problems == ()
+    assert healed.checkpoint == read_checkpoint(str(checkpoint), newest=WINDOW)
+    (checkpoint / "offsets" / str(ids[-1])).write_bytes(b"v1\n{")  # the head's offsets changed: list
+    broken = follow(str(checkpoint), healed, newest=WINDOW)
+    assert broken.requests["listed"] and broken.checkpoint == read_checkpoint(str(checkpoint), newest=WINDOW)
+
+
 def test_the_tail_survives_json_and_stays_small(history):
     tail = follow(str(history.checkpoint), None, newest=WINDOW)
     text = json.dumps(tail.to_dict())
@@ -169,3 +188,24 @@ def test_on_s3_a_reset_a_purge_and_a_rewind_fall_back_to_a_listing(history, s3_s
     reset = follow(url, rewound, newest=WINDOW, filesystem=reader)
     assert reset.requests["listed"] and reset.query_id == "00000000-0000-4000-8000-00000000beef"
     assert reset.checkpoint == read_checkpoint(url, newest=WINDOW, filesystem=reader)
+
+
+def test_on_s3_a_sensor_poke_with_a_memory_is_six_requests(history, s3_server):
+    """evaluate_tail, the poke a sensor that remembers calls: the tail's five GETs and one HEAD of
+    the unchanged progress log (read and parsed at the first poke only)."""
+    fs = s3_server.filesystem()
+    bucket = osf.new_bucket(fs)
+    url = f"s3://{bucket}/cp"
+    osf.upload(fs, osf.s3_files(history.checkpoint, url))
+    at = read_checkpoint(str(history.checkpoint)).batches[-1].timestamp_ms + 60_000
+    proxy = osf.counting(s3_server)
+    try:
+        watcher = osf.proxied_filesystem(proxy)
+        first, tail = evaluate_tail(url, DEFAULT_THRESHOLDS, None, at=at, filesystem=watcher)
+        proxy.reset()
+        again, tail = evaluate_tail(url, DEFAULT_THRESHOLDS, _roundtrip(tail), at=at, filesystem=watcher)
+        assert dict(proxy.counts) == {"GET": 5, "HEAD": 1}
+        assert again.to_dict() == first.to_dict() == evaluate(url, DEFAULT_THRESHOLDS, at=at, filesystem=fs).to_dict()
+        assert again.inputs and again.history["batches_read"] == len(osf.offsets_ids(history.checkpoint))
+    finally:
+        proxy.close()
