@@ -9,9 +9,9 @@ Two tasks per cycle, whatever the number of checkpoints (:mod:`watermark_ops.air
   touches, or to give thresholds, a ``conn_id`` (format: :mod:`watermark_ops.airflow.config`; this
   repository's example sets ``monitor_config`` to ``dags/watermark_monitor.json``). It evaluates
   them all concurrently in one task instance (a bounded thread pool; each checkpoint through its
-  own connection): the alarms in full are its return value, the counts per state its XCom
-  ``summary``. Healthy:
-  ``advancing``, or ``idle`` within ``max_idle``; alarm: ``stalled``, ``lagging``, ``jumped``, idle
+  own connection; each worker remembers every checkpoint's tail between cycles, so unchanged
+  checkpoints are not listed again): the alarms in full are its return value, the counts per state
+  its XCom ``summary``. Healthy: ``advancing``, or ``idle`` within ``max_idle``; alarm: ``stalled``, ``lagging``, ``jumped``, idle
   too long, or a checkpoint that cannot be read (an alarm of its own, never hiding the others). A
   missing checkpoint with ``missing_ok`` (every registered one unless configured otherwise) is
   counted as ``missing`` and skipped.
@@ -24,7 +24,8 @@ A run that overruns its 5-minute slot (storage hanging) raises a ``DeadlineAlert
 same notifier; a ``watch`` that fails (a bad configuration) alerts through it too.
 ``max_active_runs=1`` and ``catchup=False``: a monitor has nothing to catch up.
 
-Cheap to parse: no pyspark, no file I/O and no watermark_ops.core import at module level.
+Cheap to parse: no pyspark, no file I/O, and none of the evaluation code (``watermark_ops.core.stall``,
+the sensors) imported at module level: the tasks import it when they run.
 """
 
 from __future__ import annotations
