@@ -112,9 +112,16 @@ def create_app(roots: Callable[[], CheckpointRoots], known: Callable[[], list[Kn
         except ValueError as exc:  # a bad checkpoint_roots option: one row names it, nothing is read
             return [_error_row("checkpoint roots", str(exc))], CheckpointRoots({}), iso_utc(now_ms())
         entries = _known_or_error(known)
+        addresses: dict[str, Any] = {}
+
+        def address_of(location: str) -> Any:  # each location resolved once per request
+            if location not in addresses:
+                addresses[location] = checkpoint_roots.address(location)
+            return addresses[location]
+
         jobs, failed = [], {}
         for entry in entries:
-            address = None if entry.get("config_error") else checkpoint_roots.address(entry["checkpoint"])
+            address = None if entry.get("config_error") else address_of(entry["checkpoint"])
             if address is None:
                 continue
             try:
@@ -123,11 +130,11 @@ def create_app(roots: Callable[[], CheckpointRoots], known: Callable[[], list[Kn
                 failed[_job_key(entry)] = _failed_row(entry, exc)
         evaluation = shared.evaluate(jobs, max_age=_max_age(max_age))
         out = []
-        for entry in visible_entries(user, entries, same=_place(checkpoint_roots)):
+        for entry in visible_entries(user, entries, same=_place(checkpoint_roots, address_of)):
             if entry.get("config_error"):  # the config itself cannot be read: one row says so
                 out.append(entry)
                 continue
-            address = checkpoint_roots.address(entry["checkpoint"])
+            address = address_of(entry["checkpoint"])
             if address is None:
                 row = _not_under_roots(entry)
             else:
@@ -270,13 +277,19 @@ def _reading(fs: Any) -> dict[str, Any]:
     return {} if fs is None else {"filesystem": fs}
 
 
-def _place(checkpoint_roots: CheckpointRoots) -> Callable[[str], Any]:
+def _place(checkpoint_roots: CheckpointRoots,
+           address: Callable[[str], Any] | None = None) -> Callable[[str], Any]:
     """Location -> its page address (two spellings of one folder are one place), else the
-    normalised location: what :mod:`watermark_ops.airflow.access` adds claims up by."""
+    normalised location: what :mod:`watermark_ops.airflow.access` adds claims up by.
+
+    :param address: ``checkpoint_roots.address``, or a memo of it (one request resolves each
+        location once)."""
     from watermark_ops.core.memory import memory_key
 
+    resolve = address or checkpoint_roots.address
+
     def place(location: str) -> Any:
-        return checkpoint_roots.address(location) or memory_key(location)
+        return resolve(location) or memory_key(location)
 
     return place
 

@@ -25,6 +25,8 @@ Modules, in the order data flows through them::
     ledger       the late-row ledger: every row the watermark dropped, replayed from the checkpoint
     partitions   event-time partitions (days in a time zone, UTC hours) closed by the emitted-through
                  watermark, and the memory that announces each once
+    overview     what the watermark pages show: overview rows (problems first, paged), a checkpoint's detail
+    overview_cache  overview rows that read only what changed since the last look, one shared evaluation
 """
 
 from __future__ import annotations
