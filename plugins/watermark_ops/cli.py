@@ -170,14 +170,10 @@ def storage_from_args(args: argparse.Namespace) -> dict:
 
         # Airflow logs to stdout (e.g. "credentials retrieved"): keep stdout for the command's output.
         with contextlib.redirect_stdout(sys.stderr):
-            from airflow.sdk import BaseHook
-
             from watermark_ops.airflow.storage import checkpoint_filesystem
 
             try:
-                # The Amazon provider falls back to anonymous access for an unknown connection:
-                # look it up first, so that a typo is an error, not an anonymous read.
-                BaseHook.get_connection(args.conn_id)
+                # An unknown connection is an error there, not an anonymous read.
                 filesystem = checkpoint_filesystem(location, args.conn_id, options)
             except Exception as exc:  # AirflowNotFoundException, ValueError (no provider for the scheme), ...
                 raise StorageArgumentError(f"--conn-id {args.conn_id}: {exc}") from None

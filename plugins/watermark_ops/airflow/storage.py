@@ -55,6 +55,11 @@ def checkpoint_filesystem(location: Any, conn_id: str | None = None,
     with _lock:
         fs = _cache.get(key)
     if fs is None:
+        from airflow.sdk import BaseHook
+
+        # The Amazon provider falls back to anonymous access for a connection it cannot find: look
+        # it up first, so that a misspelt conn_id is an error, not an anonymous read.
+        BaseHook.get_connection(conn_id)
         fs = get_fs(scheme, conn_id, options or None)
         with _lock:
             fs = _cache.setdefault(key, fs)
