@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Hashable, Iterable, Sequence
 
 from watermark_ops.core.audit import AuditReport, audit_checkpoint
-from watermark_ops.core.checkpoint import Batch, Checkpoint, open_storage, read_checkpoint
+from watermark_ops.core.checkpoint import Batch, Checkpoint, _parse, open_storage, read_checkpoint
 from watermark_ops.core.log_formats import LogFileError, ReadProblem, parse_commit, parse_metadata, parse_offsets
 from watermark_ops.core.progress import ProgressLog, progress_log_path, read_progress_log, read_progress_tail
 from watermark_ops.core.rules import ERROR, INFO, WARNING, Finding
@@ -268,18 +268,6 @@ def _full(location: str, newest: int, filesystem: Any, storage_options: dict[str
     )
 
 
-def _parse_batch(raw: bytes | Exception, parse: Callable, batch_id: int, file: str,
-                 problems: list[ReadProblem]) -> Any:
-    if isinstance(raw, Exception):
-        problems.append(ReadProblem("unreadable", file, f"cannot read the file: {raw!r}", batch_id))
-        return None
-    try:
-        return parse(raw, batch_id, file)
-    except LogFileError as err:
-        problems.append(ReadProblem(err.kind, file, err.message, batch_id))
-        return None
-
-
 def _follow(memory: RowMemory, filesystem: Any, storage_options: dict[str, Any] | None
             ) -> tuple[str | None, list[Batch], list[ReadProblem], int] | None:
     """Read ``metadata`` and what came after the remembered head, by name (no listing).
@@ -338,7 +326,7 @@ def _follow(memory: RowMemory, filesystem: Any, storage_options: dict[str, Any] 
             commit_path = f"{root}/commits/{batch.batch_id}"
             raw_commit = content(commit_path)
             if not isinstance(raw_commit, FileNotFoundError):
-                commit = _parse_batch(raw_commit, parse_commit, batch.batch_id, display(commit_path), problems)
+                commit = _parse(parse_commit, raw_commit, batch.batch_id, display(commit_path), problems)
                 batch = replace(batch, commit=commit, commit_file=display(commit_path))
         batches.append(batch)
     got, size = content, 1
@@ -355,14 +343,14 @@ def _follow(memory: RowMemory, filesystem: Any, storage_options: dict[str, Any] 
                 requests += 1
             else:
                 raw_commit = got(commit_path)
-            offsets = _parse_batch(raw_offsets, parse_offsets, batch_id, display(offsets_path), problems)
+            offsets = _parse(parse_offsets, raw_offsets, batch_id, display(offsets_path), problems)
             if offsets is not None:
                 offsets, line_problems = offsets
                 problems.extend(line_problems)
             commit = None
             committed = not isinstance(raw_commit, FileNotFoundError)
             if committed:
-                commit = _parse_batch(raw_commit, parse_commit, batch_id, display(commit_path), problems)
+                commit = _parse(parse_commit, raw_commit, batch_id, display(commit_path), problems)
             batches.append(Batch(batch_id=batch_id, offsets=offsets, commit=commit, offsets_file=display(offsets_path),
                                  commit_file=display(commit_path) if committed else None))
         if ended:
