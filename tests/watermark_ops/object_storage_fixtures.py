@@ -62,6 +62,13 @@ def upload(fs: Any, files: dict[str, bytes]) -> None:
     fs.invalidate_cache()
 
 
+def uploaded_checkpoint(fs: Any, checkpoint: Path) -> str:
+    """A local checkpoint (with its progress log) uploaded to ``s3://<new bucket>/cp``; returns that URL."""
+    url = f"s3://{new_bucket(fs)}/cp"
+    upload(fs, s3_files(checkpoint, url))
+    return url
+
+
 def offsets_ids(checkpoint: Path) -> list[int]:
     """The batch ids of ``offsets/`` of a local checkpoint, ascending."""
     return sorted(int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit())

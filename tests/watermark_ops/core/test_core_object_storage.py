@@ -97,9 +97,7 @@ def test_a_long_lived_filesystem_sees_a_new_batch(history, s3_server):
 
 def test_throttled_missing_and_half_written_objects_are_retried_then_reported_by_name(history, s3_server):
     fs = s3_server.filesystem()
-    bucket = osf.new_bucket(fs)
-    url = f"s3://{bucket}/cp"
-    osf.upload(fs, osf.s3_files(history.checkpoint, url))
+    url = osf.uploaded_checkpoint(fs, history.checkpoint)
     ids = osf.offsets_ids(history.checkpoint)
     healthy = read_checkpoint(url, filesystem=fs)
     proxy = osf.counting(s3_server)

@@ -165,9 +165,7 @@ def test_on_s3_a_poke_with_nothing_new_costs_the_same_at_10_and_300_batches(hist
 
 def test_on_s3_a_reset_a_purge_and_a_rewind_fall_back_to_a_listing(history, s3_server):
     fs = s3_server.filesystem()
-    bucket = osf.new_bucket(fs)
-    url = f"s3://{bucket}/cp"
-    osf.upload(fs, osf.s3_files(history.checkpoint, url))
+    url = osf.uploaded_checkpoint(fs, history.checkpoint)
     ids = osf.offsets_ids(history.checkpoint)
     reader = s3_server.filesystem()
     tail = follow(url, None, newest=WINDOW, filesystem=reader)
@@ -194,9 +192,7 @@ def test_on_s3_a_sensor_poke_with_a_memory_is_six_requests(history, s3_server):
     """evaluate_tail, the poke a sensor that remembers calls: the tail's five GETs and one HEAD of
     the unchanged progress log (read and parsed at the first poke only)."""
     fs = s3_server.filesystem()
-    bucket = osf.new_bucket(fs)
-    url = f"s3://{bucket}/cp"
-    osf.upload(fs, osf.s3_files(history.checkpoint, url))
+    url = osf.uploaded_checkpoint(fs, history.checkpoint)
     at = read_checkpoint(str(history.checkpoint)).batches[-1].timestamp_ms + 60_000
     proxy = osf.counting(s3_server)
     try:
