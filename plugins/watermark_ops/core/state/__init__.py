@@ -1,0 +1,1 @@
+"""The state of a checkpoint's stateful operators, read without a JVM."""
