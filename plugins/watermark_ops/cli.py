@@ -3,8 +3,8 @@
 Subcommands (this module owns every one of them: arguments here, the work in
 :mod:`watermark_ops.core`, the output through :mod:`watermark_ops.render`)::
 
-    watermark-ops audit CHECKPOINT [--json] [--state FILE] [--limit N]
-    watermark-ops status CHECKPOINT [--json] [--at ISO-8601-INSTANT] [--max-lag PT6H|none] [--max-idle P1D]
+    watermark-ops audit CHECKPOINT [--json] [--state FILE [--full]] [--limit N]
+    watermark-ops status CHECKPOINT [--json] [--state FILE [--full]] [--at ISO-8601-INSTANT] [--max-lag PT6H|none] [--max-idle P1D]
                          [--idle-after PT15M] [--max-skew PT5M] [--stall-window PT1H] [--stall-batches 3]
                          [--max-partition-skew PT2H|none]
     watermark-ops lateness CHECKPOINT [--json] [--landing DIR ...] [--event-time-field F]
@@ -17,7 +17,11 @@ Subcommands (this module owns every one of them: arguments here, the work in
 the previous batch, batch time, committed or in flight), a line between the batches an earlier
 audit saw and those added since (the restart boundary), then the findings. ``--json`` prints the
 report of :meth:`watermark_ops.core.audit.AuditReport.to_dict` instead. ``--state FILE`` remembers
-the head in a JSON state file between audits (:class:`watermark_ops.core.memory.StateFileMemory`).
+the head in a JSON state file between audits (:class:`watermark_ops.core.memory.StateFileMemory`),
+with the checkpoint's remembered view (:mod:`watermark_ops.core.view`): the next audit reads only
+``metadata`` and the new batches' files (by name, no listing) and says so; ``--full`` reads every
+file again (the state file is updated as after any audit). ``status --state FILE`` reads what a
+remembered view does not hold yet the same way.
 Exit status: 0 no error finding, 1 a rule is violated, 2 the checkpoint (or a file in it, or the
 state file) cannot be read and nothing is violated.
 
@@ -200,6 +204,12 @@ def _audit_arguments(parser: argparse.ArgumentParser) -> None:
                         help="JSON state file remembering the head between audits (created if missing)")
     parser.add_argument("--limit", type=int, default=render.DEFAULT_LIMIT, metavar="N",
                         help=f"newest batches in the table (default {render.DEFAULT_LIMIT}; 0: all)")
+    _full_argument(parser)
+
+
+def _full_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--full", action="store_true",
+                        help="read every file again instead of what the state file's remembered view does not hold")
 
 
 def _audit(args: argparse.Namespace) -> int:
@@ -208,7 +218,7 @@ def _audit(args: argparse.Namespace) -> int:
 
     try:
         memory = StateFileMemory(args.state) if args.state else None
-        report = run_audit(args.checkpoint, memory, **args.where)
+        report = run_audit(args.checkpoint, memory, full=args.full, **args.where)
     except MemoryFormatError as exc:
         print(f"watermark-ops: {exc}", file=sys.stderr)
         return 2
@@ -271,6 +281,10 @@ def _status_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--at", metavar="ISO-8601-INSTANT",
                         help="evaluation instant (default now), e.g. 2026-11-21T12:00:00Z; batches after it are ignored")
+    parser.add_argument("--state", metavar="FILE",
+                        help="JSON state file (audit --state's): read only what its remembered view does not hold, "
+                             "and remember the view")
+    _full_argument(parser)
     for item in fields(Thresholds):
         flag = "--" + item.name.replace("_", "-")
         if item.name == "stall_batches":
@@ -311,7 +325,8 @@ def thresholds_from_args(args: argparse.Namespace) -> Thresholds:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from watermark_ops.core.stall import StallInputError, classify_at, read_recent
+    from watermark_ops.core.classification import StallInputError, classify_snapshot
+    from watermark_ops.core.memory import MemoryFormatError
     from watermark_ops.core.status import CheckpointStatus
     from watermark_ops.core.times import instant_ms
 
@@ -321,11 +336,15 @@ def _status(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"watermark-ops status: {exc}", file=sys.stderr)
         return 2
-    # The same bounded read as the sensors (core.stall.evaluate): the newest batches only.
-    checkpoint = read_recent(args.checkpoint, thresholds, at_ms=at_ms, **args.where)
-    status = CheckpointStatus.of(checkpoint)
+    # The same read as the sensors: the newest batches only (from the remembered view with --state).
     try:
-        classification = classify_at(checkpoint, thresholds, at_ms, **args.where)
+        snapshot, view = _status_snapshot(args, thresholds, at_ms)
+    except MemoryFormatError as exc:
+        print(f"watermark-ops: {exc}", file=sys.stderr)
+        return 2
+    status = CheckpointStatus.of(snapshot.checkpoint)
+    try:
+        classification = classify_snapshot(snapshot, thresholds, at_ms)
     except StallInputError:  # missing or unreadable: the status output already shows the problems
         classification = None
     if args.json:
@@ -335,7 +354,39 @@ def _status(args: argparse.Namespace) -> int:
         render.print_status(status, console)
         if classification is not None:
             render.print_classification(classification, console)
+        if view is not None and view.reads.get("mode") == "incremental":
+            print(f"read from the remembered view in {args.state}: {view.reads.get('batch_files', 0)} new batch "
+                  f"files, no listing (--full reads again)")
     return status.exit_code
+
+
+def _status_snapshot(args: argparse.Namespace, thresholds: Thresholds, at_ms: int | None):
+    """``(snapshot, view)``: the newest batches read afresh (view None), or from the state file's
+    remembered view moved on (:func:`watermark_ops.core.advance.advance`) and kept again.
+
+    :raises MemoryFormatError: a malformed state file (nothing written)."""
+    from watermark_ops.core.snapshot import read_snapshot, snapshot_of, view_snapshot
+    from watermark_ops.core.stall import read_recent, recent_batches
+
+    newest = recent_batches(thresholds)
+    if not args.state:
+        return read_snapshot(args.checkpoint, newest=newest, at_ms=at_ms, **args.where), None
+    from watermark_ops.core.advance import advance
+    from watermark_ops.core.memory import StateFileMemory
+    from watermark_ops.core.view import load_view, save_view
+
+    memory = StateFileMemory(args.state)
+    previous = load_view(memory, args.checkpoint)
+    view = advance(args.checkpoint, previous, newest=max(newest, previous.newest if previous else 0),
+                   progress="always", full=args.full, **args.where)
+    save_view(memory, args.checkpoint, view, previous=previous)
+    snapshot = view_snapshot(view, newest)
+    checkpoint = snapshot.checkpoint
+    if at_ms is not None and not checkpoint.complete and sum(
+            1 for b in checkpoint.batches if b.timestamp_ms is not None and b.timestamp_ms <= at_ms) < newest:
+        checkpoint = read_recent(args.checkpoint, thresholds, at_ms=at_ms, **args.where)  # a past instant: widened
+        snapshot = snapshot_of(checkpoint, args.checkpoint, **args.where)
+    return snapshot, view
 
 
 # --------------------------------------------------------------------------------------------

@@ -106,7 +106,8 @@ def _audit_batches_table(report: AuditReport, limit: int):
     from rich.table import Table
 
     shown = report.batches[-limit:] if limit and len(report.batches) > limit else report.batches
-    table = Table(title=f"Batches ({len(report.batches)} in the logs)", title_justify="left")
+    total = (report.reads or {}).get("batches_in_logs") or len(report.batches)  # an incremental audit holds the newest
+    table = Table(title=f"Batches ({total} in the logs)", title_justify="left")
     for column, justify in (("batch", "right"), ("watermark (UTC)", "left"), ("watermark ms", "right"),
                             ("change", "right"), ("batch time (UTC)", "left"), ("commit", "left")):
         table.add_column(column, justify=justify, overflow="fold")
@@ -136,7 +137,7 @@ def _audit_batches_table(report: AuditReport, limit: int):
         )
         if record.watermark_ms is not None:
             previous = record.watermark_ms
-    return table, len(report.batches) - len(shown)
+    return table, total - len(shown)
 
 
 def print_audit_report(report: AuditReport, console: Any, limit: int = DEFAULT_LIMIT) -> None:
@@ -156,6 +157,10 @@ def print_audit_report(report: AuditReport, console: Any, limit: int = DEFAULT_L
         console.print("No batch in the offset or commit log.")
     if hidden:
         console.print(f"({hidden} earlier batches not shown; --limit 0 shows all)")
+    reads = report.reads or {}
+    if reads.get("mode") == "incremental":
+        console.print(f"read {reads.get('new_batches', 0)} new batches only ({reads.get('batch_files', 0)} batch "
+                      f"files, no listing) from the remembered view; a full re-read reads every file (--full)")
     if report.remembered is not None:
         added = (f"batches {report.added_batch_ids[0]}..{report.added_batch_ids[-1]} added since"
                  if report.added_batch_ids else "no batch added since")

@@ -1,21 +1,28 @@
-"""The audit's memory in Airflow's asset state store (Airflow 3.3, AIP-103).
+"""What watermark-ops remembers of a checkpoint, in Airflow's asset state store (Airflow 3.3, AIP-103).
 
-The same two methods as every :class:`watermark_ops.core.memory.AuditMemory` (``load(location)``,
-``save(location, head)``), kept on an asset: one key per checkpoint, ``watermark_audit:<location>``,
-so every audit task and DAG that audits the same checkpoint shares one remembered head, and it
-survives Spark's purging of old log files. :class:`watermark_ops.airflow.operators.WatermarkAuditOperator`
-uses it; the terminal keeps the same heads in a state file
-(:class:`watermark_ops.core.memory.StateFileMemory`).
+:class:`AssetStateStoreMemory` is the Airflow back-end of the one store interface
+(:class:`watermark_ops.core.memory.AuditMemory`): the audit's remembered head under
+``watermark_audit:<location>`` on the audit's memory asset (every audit task and DAG auditing the
+same checkpoint shares it, and it survives Spark's purging of old log files), and the checkpoint's
+remembered view (:mod:`watermark_ops.core.view`: the newest batches, the audited boundary and
+findings, the progress-log position, the state metadata) under ``watermark_view:<location>`` on
+the checkpoint registry (:data:`watermark_ops.airflow.registry.CHECKPOINT_REGISTRY`), which every
+watermark-ops task has as an inlet: the audit operator, the sensors (every ``mode``, the next DAG
+run) and the monitor's ``watch`` task on any worker read and move on the same view, so each reads
+only what changed since any of them last looked. The terminal keeps the same two parts in a state
+file (:class:`watermark_ops.core.memory.StateFileMemory`).
+
+Entries of earlier versions are read, never ignored: a head without a view (the audit reads
+everything once and adds the view), and the sensors' tail ``watermark_tail:<location>`` (read as a
+view of the newest batches, then deleted once the view is saved under its new key).
 
 What watermark-ops keeps in the asset state store per checkpoint (:func:`checkpoint_memory_keys`):
-the audit's remembered head (``watermark_audit:<location>``) and the announced partitions of
+the audit's remembered head, the announced partitions of
 :class:`watermark_ops.airflow.partitions.WatermarkPartitionsOperator`
-(``watermark_partitions:<grain>:<location>``), and the sensors' remembered tail
-(``watermark_tail:<location>``, :class:`TailMemory`: the newest batches the last poke read, so the
-next poke fetches only newer files by name instead of listing the logs). When a checkpoint is deleted on purpose together
-with everything it produced (a fresh start, as ``make run`` does), :func:`forget_checkpoints`
-deletes those entries from the metadata DB, so the next audit starts a new memory instead of
-reporting ``checkpoint_reset``::
+(``watermark_partitions:<grain>:<location>``) and the remembered view. When a checkpoint is
+deleted on purpose together with everything it produced (a fresh start, as ``make run`` does),
+:func:`forget_checkpoints` deletes those entries from the metadata DB, so the next audit starts a
+new memory instead of reporting ``checkpoint_reset``::
 
     python -m watermark_ops.airflow.memory forget CHECKPOINT [CHECKPOINT ...]
 
@@ -34,12 +41,16 @@ from watermark_ops.core.memory import RememberedHead, memory_key
 from watermark_ops.core.partitions import GRAINS
 
 __all__ = ["AUDIT_KEY_PREFIX", "AssetStateStoreMemory", "MAX_KEY_LENGTH", "TAIL_KEY_PREFIX", "TailMemory",
-           "checkpoint_memory_keys", "forget_checkpoints", "partitions_key_prefix", "state_store_key"]
+           "VIEW_KEY_PREFIX", "checkpoint_memory_keys", "forget_checkpoints", "partitions_key_prefix",
+           "state_store_key"]
 
 #: The prefix of the audit memory's key (``watermark_audit:<location>``).
 AUDIT_KEY_PREFIX = "watermark_audit:"
 
-#: The prefix of the sensors' remembered tail (``watermark_tail:<location>``, :class:`TailMemory`).
+#: The prefix of a checkpoint's remembered view (``watermark_view:<location>``, on the registry asset).
+VIEW_KEY_PREFIX = "watermark_view:"
+
+#: The prefix of the sensors' tail of earlier versions (``watermark_tail:<location>``): read and migrated.
 TAIL_KEY_PREFIX = "watermark_tail:"
 
 #: Airflow's ``asset_state_store.key`` column is ``String(512)``.
@@ -62,11 +73,10 @@ def partitions_key_prefix(grain: str) -> str:
 
 def checkpoint_memory_keys(location: str) -> list[str]:
     """Every asset-state-store key watermark-ops keeps for the checkpoint at ``location``: the audit
-    memory's, the announced partitions' for each grain (``day``, ``hour``), then the sensors'
-    remembered tail."""
+    memory's, the announced partitions' for each grain (``day``, ``hour``), then the remembered view."""
     return [state_store_key(AUDIT_KEY_PREFIX, location),
             *(state_store_key(partitions_key_prefix(grain), location) for grain in GRAINS),
-            state_store_key(TAIL_KEY_PREFIX, location)]
+            state_store_key(VIEW_KEY_PREFIX, location)]
 
 
 def forget_checkpoints(locations: Iterable[str]) -> list[dict[str, str]]:
@@ -85,7 +95,8 @@ def forget_checkpoints(locations: Iterable[str]) -> list[dict[str, str]]:
     from airflow.models.asset_state_store import AssetStateStoreModel
     from airflow.utils.session import create_session
 
-    keys = sorted({key for location in locations for key in checkpoint_memory_keys(location)})
+    keys = sorted({key for location in locations
+                   for key in (*checkpoint_memory_keys(location), state_store_key(TAIL_KEY_PREFIX, location))})
     with create_session() as session:
         rows = (session.query(AssetStateStoreModel, AssetModel.name)
                 .join(AssetModel, AssetModel.id == AssetStateStoreModel.asset_id)
@@ -115,30 +126,44 @@ def main(argv: list[str] | None = None) -> int:
 
 
 class AssetStateStoreMemory:
-    """Remembered heads kept in Airflow's asset state store (Airflow 3.3, AIP-103).
+    """What is remembered of checkpoints, kept in Airflow's asset state store (Airflow 3.3, AIP-103):
+    the audit's head (``load`` / ``save``) and the remembered view (``load_view_entry`` /
+    ``save_view_entry``; :func:`watermark_ops.core.view.load_view` / :func:`~watermark_ops.core.view.save_view`).
 
-    :param store: the accessor of one asset, ``context["asset_state_store"][asset]`` (an
-        ``airflow.sdk.execution_time.context.AssetStateStoreAccessor``): anything with
+    :param store: the accessor of the asset keeping the audit's heads, ``context["asset_state_store"][asset]``
+        (an ``airflow.sdk.execution_time.context.AssetStateStoreAccessor``): anything with
         ``get(key, default=None)`` and ``set(key, value)`` taking JSON values. The task must have
         the asset as an inlet or outlet, and the asset must be known to Airflow (its DAG parsed).
-    :param key_prefix: prefix of the per-checkpoint key.
+        None: no head (a sensor, the monitor: they only read and move on views).
+    :param key_prefix: prefix of the per-checkpoint key of the head.
+    :param views: the accessor keeping the views (the registry asset,
+        :data:`watermark_ops.airflow.registry.CHECKPOINT_REGISTRY`); default ``store``.
     """
 
     MAX_KEY_LENGTH = MAX_KEY_LENGTH
 
-    def __init__(self, store: Any, key_prefix: str = AUDIT_KEY_PREFIX):
+    def __init__(self, store: Any, key_prefix: str = AUDIT_KEY_PREFIX, views: Any = None):
         self.store = store
         self.key_prefix = key_prefix
+        self.views = views if views is not None else store
+        self._legacy: set[str] = set()
 
     def key(self, location: str) -> str:
         """``<prefix><normalised location>``; a location too long for a key is replaced by its SHA-256."""
         return state_store_key(self.key_prefix, location)
 
+    @staticmethod
+    def view_key(location: str) -> str:
+        """``watermark_view:<normalised location>`` (its SHA-256 past 512 characters)."""
+        return state_store_key(VIEW_KEY_PREFIX, location)
+
     def load(self, location: str) -> RememberedHead | None:
-        """The head remembered for ``location``, None if none.
+        """The head remembered for ``location``, None if none (or no head store).
 
         :raises MemoryFormatError: when the stored value is not a remembered head.
         """
+        if self.store is None:
+            return None
         key = self.key(location)
         value = self.store.get(key, default=None)
         return None if value is None else RememberedHead.from_dict(value, f"asset state store key {key!r}")
@@ -148,70 +173,49 @@ class AssetStateStoreMemory:
         already stored is kept while ``head`` has the accepted query id.
 
         :raises MemoryFormatError: when the stored value is not a remembered head.
+        :raises ValueError: there is no head store.
         """
+        if self.store is None:
+            raise ValueError("this memory keeps no audit heads (no store given)")
         self.store.set(self.key(location), head.keeping_acceptance(self.load(location)).to_dict())
 
+    def load_view_entry(self, location: str) -> Any:
+        """The view stored for ``location`` (``View.to_dict()``), else the sensors' tail of an
+        earlier version (``watermark_tail:``, read as a view; deleted at the next save), else None."""
+        if self.views is None:
+            return None
+        value = self.views.get(self.view_key(location), default=None)
+        if value is None:
+            value = self.views.get(state_store_key(TAIL_KEY_PREFIX, location), default=None)
+            if value is not None:
+                self._legacy.add(location)
+        return value
+
+    def save_view_entry(self, location: str, view: Any) -> None:
+        """Keep ``view`` for ``location`` (one ``set``); a tail of an earlier version is then deleted."""
+        self.views.set(self.view_key(location), view.to_dict())
+        if location in self._legacy:
+            self._legacy.discard(location)
+            try:
+                self.views.delete(state_store_key(TAIL_KEY_PREFIX, location))
+            except Exception:  # noqa: BLE001 - an accessor without delete: the old key stays, unread
+                pass
 
 
-def _without_requests(value: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in value.items() if k != "requests"}
+class TailMemory(AssetStateStoreMemory):
+    """The sensors' remembered tail of earlier versions, now the remembered view on the registry
+    asset (the name kept for code that uses it): :class:`AssetStateStoreMemory` without heads.
 
-
-class TailMemory:
-    """The sensors' remembered tail of a checkpoint (:class:`watermark_ops.core.tail.Tail`), kept in
-    an asset state store under ``watermark_tail:<location>`` between pokes of different processes
-    (``mode="reschedule"``: every poke is a new task run; a new DAG run of the same sensor; the
-    monitor's sensors): with it a poke on an unchanged checkpoint lists nothing and makes the same
-    few requests whatever the history (:func:`watermark_ops.core.checks.check_tail`).
-
-    The tail is only a cache of what the checkpoint holds: a tail that no longer matches (a reset,
-    a purge, another window) is detected by ``follow`` and read again by listing; a malformed value
-    is ignored (logged), never an error. Any task may share it: it describes the files, not a task.
-    Its size is that of ``Tail.to_dict()`` (a few KB for 100 batches).
-
-    :param store: an asset state store accessor (``context["asset_state_store"][asset]``: ``get(key,
-        default=None)`` / ``set(key, value)`` of JSON values).
+    :param store: the registry asset's accessor (``context["asset_state_store"][CHECKPOINT_REGISTRY]``).
     """
 
     def __init__(self, store: Any) -> None:
-        self.store = store
-        self._saved: dict[str, dict[str, Any]] = {}
+        super().__init__(None, views=store)
 
     @staticmethod
-    def key(location: str) -> str:
-        """``watermark_tail:<normalised location>`` (its SHA-256 past 512 characters)."""
-        return state_store_key(TAIL_KEY_PREFIX, location)
-
-    def load(self, location: str) -> Any:
-        """The remembered ``Tail`` of ``location``, or None (nothing remembered, or a value that is
-        not a tail: logged as a warning and ignored; the next poke lists)."""
-        import logging
-
-        from watermark_ops.core.tail import Tail
-
-        value = self.store.get(self.key(location), default=None)
-        if not isinstance(value, dict):
-            return None
-        try:
-            tail = Tail.from_dict(value)
-        except Exception as exc:  # a cache: a bad value costs one listing, never the poke
-            logging.getLogger(__name__).warning("remembered tail %s ignored: %r", self.key(location), exc)
-            return None
-        self._saved[location] = _without_requests(value)
-        return tail
-
-    def save(self, location: str, tail: Any) -> bool:
-        """Remember ``tail`` for ``location``: one ``set``, skipped when it equals what this memory
-        loaded or saved last (a poke on an unchanged checkpoint writes nothing).
-
-        :return: True when written.
-        """
-        value = tail.to_dict()
-        if self._saved.get(location) == _without_requests(value):
-            return False
-        self.store.set(self.key(location), value)
-        self._saved[location] = _without_requests(value)
-        return True
+    def key(location: str) -> str:  # type: ignore[override]
+        """``watermark_view:<normalised location>``: where the view is kept."""
+        return state_store_key(VIEW_KEY_PREFIX, location)
 
 
 if __name__ == "__main__":

@@ -23,15 +23,15 @@ cannot be read (a corrupt offsets file, a missing connection, storage errors) be
 its own (``state`` None, ``unreadable`` in the counts, the message and problems naming the files);
 a missing checkpoint with ``missing_ok`` is counted as ``missing`` and skipped (not an alarm).
 
-Between cycles the monitor remembers what it read (:class:`TailCache`, one small JSON file per
-checkpoint under ``$AIRFLOW_HOME/watermark_ops/monitor_tails`` on each worker: the
-:class:`watermark_ops.core.tail.Tail` of the last cycle, keyed by location and connection; its
-query id is checked against the checkpoint's ``metadata``): a cycle over unchanged checkpoints
-then costs a constant, small number of requests per checkpoint whatever its history
-(:func:`watermark_ops.core.stall.evaluate_tail`: one concurrent read of at most six small objects
-of its logs, ``metadata`` and ``offsets/<head+1>`` among them, no LIST; plus the end of its
-progress log). A lost, stale or unreadable memory only costs a full read of that checkpoint's
-window.
+Between cycles the monitor keeps each checkpoint's remembered view (:mod:`watermark_ops.core.view`)
+in the asset state store of the checkpoint registry (its inlet; :class:`watermark_ops.airflow.memory.AssetStateStoreMemory`,
+``watermark_view:<location>``), the same view the sensors and the audit operator read and move on:
+a cycle on any worker, after any of them, reads only what changed (:func:`watermark_ops.core.stall.evaluate_tail`:
+``metadata`` and ``offsets/<head+1>`` by name, a stat of ``offsets/<head>`` and of the progress
+log, no LIST), a constant, small number of requests per checkpoint whatever its history. A lost,
+stale or unreadable view only costs a read of that checkpoint's window. The per-worker files of
+earlier versions (``$AIRFLOW_HOME/watermark_ops/monitor_tails``) are migrated into the store at the
+next cycle on that worker, then deleted (:func:`migrate_tail_files`).
 
 Imports Airflow (``airflow.sdk``) only through the functions that need it: the DAG file imports
 nothing of this module at parse time.
@@ -50,11 +50,11 @@ from typing import Any, Iterable
 
 __all__ = [
     "SUMMARY_KEY",
-    "TailCache",
-    "default_cache_folder",
     "MONITOR_CONCURRENCY",
     "evaluate_checkpoints",
     "evaluate_entry",
+    "legacy_tail_folder",
+    "migrate_tail_files",
     "raise_alarm",
     "summarize",
     "watch_cycle",
@@ -85,93 +85,59 @@ def _unreadable(entry: dict[str, Any], message: str, problems: Iterable[Any] = (
             "alarm": True, "outcome": "fail", "message": message, "problems": list(problems)}
 
 
-def default_cache_folder() -> Path:
+def legacy_tail_folder() -> Path:
     """``$AIRFLOW_HOME/watermark_ops/monitor_tails`` (``~/airflow`` when ``AIRFLOW_HOME`` is unset):
-    the worker's own disk, as Airflow keeps its logs and DAG bundles there."""
+    where earlier versions kept one JSON file per watched checkpoint on each worker."""
     home = os.environ.get("AIRFLOW_HOME") or os.path.join(os.path.expanduser("~"), "airflow")
     return Path(home) / "watermark_ops" / "monitor_tails"
 
 
-class TailCache:
-    """What the previous cycle read of each checkpoint, one JSON file per checkpoint in ``folder``.
+def migrate_tail_files(memory: Any, entries: Iterable[dict[str, Any]], folder: str | os.PathLike | None = None) -> int:
+    """Move this worker's per-checkpoint tail files of earlier versions into ``memory`` (the
+    registry's asset state store): each file of a watched checkpoint becomes its remembered view
+    when the store holds none yet; every file is then deleted, and the folder once empty.
 
-    A file is ``<sha256 of "conn_id|location">.json`` holding ``{"location": str, "conn_id": str |
-    None, "tail": Tail.to_dict()}`` (a few KB: the window of newest batches). Written atomically
-    (a temporary file renamed over it), only when the tail changed; a file that cannot be read or
-    parsed is ignored (a full read of that checkpoint, logged at debug), never an error. Thread-safe:
-    each checkpoint has its own file.
+    A file is ``<sha256 of "conn_id|location">.json`` holding ``{"location", "conn_id", "tail":
+    Tail.to_dict()}``; one that cannot be read is logged and deleted (it only saved a read).
 
-    :param folder: where the files live (created on first write).
+    :return: how many views were migrated.
     """
+    from watermark_ops.core.view import View, ViewFormatError
 
-    def __init__(self, folder: str | os.PathLike) -> None:
-        self.folder = Path(folder)
-
-    @staticmethod
-    def key(location: str, conn_id: str | None) -> str:
-        """The file name stem of a checkpoint read through a connection (``conn_id`` None: its default)."""
-        return hashlib.sha256(f"{conn_id or ''}|{location}".encode()).hexdigest()
-
-    def _path(self, location: str, conn_id: str | None) -> Path:
-        return self.folder / f"{self.key(location, conn_id)}.json"
-
-    def load(self, location: str, conn_id: str | None) -> dict[str, Any] | None:
-        """The remembered ``Tail.to_dict()`` of ``location`` (read through ``conn_id``), or None."""
-        path = self._path(location, conn_id)
+    where = Path(folder) if folder is not None else legacy_tail_folder()
+    try:
+        names = sorted(os.listdir(where))
+    except OSError:
+        return 0
+    watched = {hashlib.sha256(f"{e.get('conn_id') or ''}|{e['checkpoint']}".encode()).hexdigest(): e["checkpoint"]
+               for e in entries}
+    migrated = 0
+    for name in names:
+        path = where / name
+        location = watched.get(name.removesuffix(".json"))
+        if location is not None and name.endswith(".json"):
+            try:
+                record = json.loads(path.read_text())
+                view = View.from_dict(record["tail"])
+                if memory.load_view_entry(location) is None:
+                    memory.save_view_entry(location, view)
+                    migrated += 1
+            except (OSError, ValueError, KeyError, TypeError, ViewFormatError) as exc:
+                log.warning("monitor tail file %s of %s not migrated (%r): the next cycle reads it", path, location, exc)
         try:
-            record = json.loads(path.read_text())
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError) as exc:
-            log.debug("monitor memory %s unreadable (%r): a full read of %s", path, exc, location)
-            return None
-        if (not isinstance(record, dict) or record.get("location") != location
-                or record.get("conn_id") != conn_id or not isinstance(record.get("tail"), dict)):
-            return None
-        return record["tail"]
-
-    def store(self, location: str, conn_id: str | None, tail: dict[str, Any],
-              previous: dict[str, Any] | None = None) -> bool:
-        """Remember ``tail`` (a ``Tail.to_dict()``) unless it equals ``previous`` but for its
-        ``requests``; returns whether a file was written. An ``OSError`` is logged, not raised."""
-        if previous is not None and _same_tail(tail, previous):
-            return False
-        path = self._path(location, conn_id)
-        try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            temporary = path.with_suffix(f".{os.getpid()}.{id(tail)}.tmp")
-            temporary.write_text(json.dumps({"location": location, "conn_id": conn_id, "tail": tail},
-                                            separators=(",", ":")))
-            os.replace(temporary, path)
-            return True
+            os.remove(path)
         except OSError as exc:
-            log.warning("monitor memory %s not written (%r): the next cycle reads %s whole", path, exc, location)
-            return False
-
-    def prune(self, keep: Iterable[tuple[str, str | None]]) -> int:
-        """Delete the files of checkpoints not in ``keep`` (``(location, conn_id)`` pairs): no
-        longer watched. Returns how many were deleted."""
-        wanted = {f"{self.key(location, conn_id)}.json" for location, conn_id in keep}
-        deleted = 0
-        try:
-            names = os.listdir(self.folder)
-        except OSError:
-            return 0
-        for name in names:
-            if name.endswith(".json") and name not in wanted:
-                try:
-                    os.remove(self.folder / name)
-                    deleted += 1
-                except OSError:
-                    pass
-        return deleted
+            log.warning("monitor tail file %s not deleted: %r", path, exc)
+    try:
+        where.rmdir()
+    except OSError:
+        pass
+    if migrated:
+        log.info("migrated %d remembered tail(s) of %s into the asset state store", migrated, where)
+    return migrated
 
 
-def _same_tail(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    return {k: v for k, v in a.items() if k != "requests"} == {k: v for k, v in b.items() if k != "requests"}
-
-
-def evaluate_entry(entry: dict[str, Any], *, at: Any = None, cache: TailCache | None = None) -> dict[str, Any]:
+def evaluate_entry(entry: dict[str, Any], *, at: Any = None, memory: Any = None) -> dict[str, Any]:
     """Evaluate one watched checkpoint; never raises.
 
     :param entry: one item of :func:`watermark_ops.airflow.registry.monitor_checkpoints`:
@@ -185,12 +151,13 @@ def evaluate_entry(entry: dict[str, Any], *, at: Any = None, cache: TailCache | 
     (stalled, lagging, idle too long) and ``fail`` (jumped; missing without ``missing_ok``) → an
     alarm; a checkpoint whose head cannot be classified (``StallInputError``) or read at all → an
     ``unreadable`` alarm.
-    :param cache: the previous cycles' memory (:class:`TailCache`); None: a full read of the
-        window, nothing remembered.
+    :param memory: where the views are kept (:class:`watermark_ops.airflow.memory.AssetStateStoreMemory`
+        on the registry asset, or any store of :func:`watermark_ops.core.view.load_view`); None: a
+        read of the window, nothing remembered.
     :return: ``{"counted": state | "missing" | "unreadable", "alarm": bool, "payload": dict | None,
         "requests": {"list": n, "get": n, "head": n, "listed": 0 | 1} | None (what the read of the
-        checkpoint's logs cost, :attr:`watermark_ops.core.tail.Tail.requests`; the progress log not
-        counted), "remembered": bool (a previous tail was found)}``; ``payload`` (for an alarm; None otherwise) is what a
+        checkpoint's logs cost, :attr:`watermark_ops.core.view.View.requests`; the progress log not
+        counted), "remembered": bool (a previous view was found)}``; ``payload`` (for an alarm; None otherwise) is what a
         ``WatermarkStallSensor`` would push: the classification
         (:meth:`~watermark_ops.core.stall.Classification.to_dict`) plus ``outcome`` (``"fail"``),
         ``message`` and ``name``; for an unreadable checkpoint ``{"location", "name", "state": None,
@@ -199,30 +166,38 @@ def evaluate_entry(entry: dict[str, Any], *, at: Any = None, cache: TailCache | 
     from watermark_ops.core.checks import check_tail
     from watermark_ops.core.stall import StallInputError
 
+    from watermark_ops.core.view import load_view, save_view
+
     location = entry["checkpoint"]
     name = entry.get("name") or location
-    conn_id = entry.get("conn_id")
-    remembered = cache.load(location, conn_id) if cache is not None else None
-    out: dict[str, Any] = {"requests": None, "remembered": remembered is not None}
+    previous = None
+    if memory is not None:
+        try:
+            previous = load_view(memory, location)
+        except Exception as exc:  # noqa: BLE001 - the memory only saves reads: never the cycle's failure
+            log.warning("%s: the remembered view cannot be loaded (%r): read again", location, exc)
+    out: dict[str, Any] = {"requests": None, "remembered": previous is not None}
     try:
         kwargs: dict[str, Any] = {"goal": "healthy", "thresholds": _thresholds(entry),
                                   "missing_ok": bool(entry.get("missing_ok")), "at": at,
                                   "storage_options": entry.get("storage_options"), "filesystem": _filesystem(entry)}
-        previous = _tail(remembered)
         try:
-            result, tail = check_tail(location, previous, **kwargs)
+            result, view = check_tail(location, previous, **kwargs)
         except StallInputError:
             raise
         except Exception as exc:  # noqa: BLE001 - the memory must never cost more than a full read
             if previous is None:
                 raise
-            log.warning("%s: following the remembered tail failed (%r): read again in full", location, exc)
+            log.warning("%s: moving the remembered view on failed (%r): read again", location, exc)
             out["remembered"] = False
-            result, tail = check_tail(location, None, **kwargs)
-        if tail is not None:
-            out["requests"] = {k: int(v) for k, v in tail.requests.items()}
-            if cache is not None:
-                cache.store(location, conn_id, tail.to_dict(), remembered)
+            result, view = check_tail(location, None, **kwargs)
+        if view is not None:
+            out["requests"] = {k: int(v) for k, v in view.requests.items()}
+            if memory is not None:
+                try:
+                    save_view(memory, location, view, previous=previous)
+                except Exception as exc:  # noqa: BLE001 - the next cycle reads the window again
+                    log.warning("%s: the view is not remembered (%r)", location, exc)
     except StallInputError as exc:
         return {**out, "counted": UNREADABLE, "alarm": True,
                 "payload": _unreadable(entry, f"cannot classify the watermark: {exc}", exc.problems)}
@@ -240,19 +215,6 @@ def evaluate_entry(entry: dict[str, Any], *, at: Any = None, cache: TailCache | 
             "payload": {**base, "name": name, "outcome": "fail", "message": result.message}}
 
 
-def _tail(remembered: dict[str, Any] | None) -> Any:
-    """The remembered tail as a ``Tail``; None when absent or from an older format (a full read)."""
-    if remembered is None:
-        return None
-    from watermark_ops.core.tail import Tail
-
-    try:
-        return Tail.from_dict(remembered)
-    except Exception as exc:  # noqa: BLE001 - a memory in an old or broken format only costs a full read
-        log.debug("monitor memory of %s not usable (%r): a full read", remembered.get("location"), exc)
-        return None
-
-
 def _filesystem(entry: dict[str, Any]) -> Any:
     """The entry's filesystem through its ``conn_id`` (None without one: the core resolves it)."""
     if not entry.get("conn_id"):
@@ -262,10 +224,10 @@ def _filesystem(entry: dict[str, Any]) -> Any:
     return checkpoint_filesystem(entry["checkpoint"], entry["conn_id"], entry.get("storage_options"))
 
 
-def evaluate_checkpoints(entries: list[dict[str, Any]], *, at: Any = None, cache: TailCache | None = None,
+def evaluate_checkpoints(entries: list[dict[str, Any]], *, at: Any = None, memory: Any = None,
                          concurrency: int = MONITOR_CONCURRENCY) -> list[dict[str, Any]]:
-    """:func:`evaluate_entry` for every entry, ``concurrency`` at a time (threads), in entry order;
-    with a ``cache``, the files of checkpoints no longer watched are then deleted from it.
+    """:func:`evaluate_entry` for every entry, ``concurrency`` at a time (threads), in entry order,
+    each through ``memory`` (where the views are kept; shared by the threads).
 
     :raises ValueError: ``concurrency`` below 1.
     """
@@ -285,9 +247,7 @@ def evaluate_checkpoints(entries: list[dict[str, Any]], *, at: Any = None, cache
                 pass
     with ThreadPoolExecutor(max_workers=min(concurrency, len(entries)),
                             thread_name_prefix="watermark-monitor") as pool:
-        results = list(pool.map(lambda e: evaluate_entry(e, at=at, cache=cache), entries))
-    if cache is not None:
-        cache.prune((e["checkpoint"], e.get("conn_id")) for e in entries)
+        results = list(pool.map(lambda e: evaluate_entry(e, at=at, memory=memory), entries))
     return results
 
 
@@ -312,30 +272,35 @@ def summarize(results: list[dict[str, Any]], *, seconds: float | None = None) ->
             "requests": dict(sorted(requests.items())), "seconds": None if seconds is None else round(seconds, 3)}
 
 
-def watch_cycle(context: Any, *, concurrency: int | None = None,
-                cache_folder: str | os.PathLike | None = None) -> list[dict[str, Any]]:
+def watch_cycle(context: Any, *, concurrency: int | None = None) -> list[dict[str, Any]]:
     """The ``watch`` task: list the known checkpoints now, evaluate them all, push the summary.
 
     :param context: the task's context (the registry, :data:`~watermark_ops.airflow.registry.CHECKPOINT_REGISTRY`,
         as inlet).
     :param concurrency: checkpoints evaluated at once; default ``[watermark_ops] monitor_concurrency``,
         else :data:`MONITOR_CONCURRENCY`.
-    :param cache_folder: the :class:`TailCache` folder (default :func:`default_cache_folder`).
     :return: the alarms in full (the task's ``return_value``, which ``alarm`` is mapped over);
         :func:`summarize`'s summary without them (``alarms``: their locations) is pushed as the
         XCom :data:`SUMMARY_KEY`.
     :raises ValueError: for a bad ``[watermark_ops]`` configuration (the task fails, naming it).
     """
-    from watermark_ops.airflow.registry import monitor_checkpoints
+    from watermark_ops.airflow.memory import AssetStateStoreMemory
+    from watermark_ops.airflow.registry import CHECKPOINT_REGISTRY, monitor_checkpoints
 
     entries = monitor_checkpoints(context)
     if concurrency is None:
         from airflow.sdk.configuration import conf
 
         concurrency = conf.getint("watermark_ops", "monitor_concurrency", fallback=MONITOR_CONCURRENCY)
+    memory = None
+    try:
+        memory = AssetStateStoreMemory(None, views=context["asset_state_store"][CHECKPOINT_REGISTRY])
+    except Exception as exc:  # noqa: BLE001 - without a store every cycle reads each window
+        log.warning("no asset state store for the remembered views (every cycle reads each window): %r", exc)
+    if memory is not None:
+        migrate_tail_files(memory, entries)
     started = time.monotonic()
-    cache = TailCache(cache_folder if cache_folder is not None else default_cache_folder())
-    results = evaluate_checkpoints(entries, cache=cache, concurrency=concurrency)
+    results = evaluate_checkpoints(entries, memory=memory, concurrency=concurrency)
     summary = summarize(results, seconds=time.monotonic() - started)
     log.info("watched %d checkpoint(s) in %.1f s (%d remembered; requests %s): %s; %d alarm(s)%s",
              summary["checkpoints"], summary["seconds"], summary["remembered"], summary["requests"],

@@ -3,7 +3,8 @@
 ``WatermarkAuditOperator`` audits a Structured Streaming checkpoint (:mod:`watermark_ops.core.audit`)
 after a Spark run or on demand, and keeps the audit's memory (the remembered head, see
 :mod:`watermark_ops.core.memory`) in Airflow 3.3's asset state store, on an asset that is an outlet of
-the task.
+the task, and the checkpoint's remembered view (:mod:`watermark_ops.core.view`) on the checkpoint
+registry, shared with the sensors and the monitor: an audit after a run reads only the new batches.
 """
 
 from __future__ import annotations
@@ -66,6 +67,13 @@ class WatermarkAuditOperator(BaseOperator):
     :param table_limit: the newest batches shown in the log table (0: all).
     :param accept_reset: the reason a checkpoint reset seen by this run is accepted (templated);
         None or empty: none is.
+    :param full: read every file of the checkpoint again instead of the new batches only (for a
+        suspected old file changed by hand); the memory is updated as after any audit.
+
+    What is read: with a remembered view of the checkpoint (the previous audit's, a sensor's, the
+    monitor's; :mod:`watermark_ops.core.view`), only ``metadata``, the new batches' files by name
+    and the progress log's new lines; the findings are those of a full audit of the same files
+    (the log says which: ``read N new batches`` or ``read everything``, and the XCom's ``reads``).
     """
 
     template_fields: Sequence[str] = ("checkpoint", "accept_reset", "conn_id")
@@ -73,7 +81,8 @@ class WatermarkAuditOperator(BaseOperator):
 
     def __init__(self, *, checkpoint: str, memory_asset: Asset | None = AUDIT_MEMORY_ASSET, soft: bool = False,
                  storage_options: dict[str, Any] | None = None, table_limit: int = DEFAULT_LIMIT,
-                 accept_reset: str | None = None, conn_id: str | None = None, **kwargs: Any) -> None:
+                 accept_reset: str | None = None, conn_id: str | None = None, full: bool = False,
+                 **kwargs: Any) -> None:
         if memory_asset is not None:
             outlets = list(kwargs.pop("outlets", None) or [])
             if memory_asset not in outlets:
@@ -88,6 +97,7 @@ class WatermarkAuditOperator(BaseOperator):
         self.table_limit = table_limit
         self.accept_reset = accept_reset
         self.conn_id = conn_id
+        self.full = full
 
     def _reading(self) -> dict[str, Any]:
         """``filesystem=`` / ``storage_options=`` for the core: the connection's filesystem when
@@ -97,6 +107,17 @@ class WatermarkAuditOperator(BaseOperator):
 
         fs = checkpoint_filesystem(self.checkpoint, self.conn_id, self.storage_options)
         return {"filesystem": fs, "storage_options": None if fs is not None else self.storage_options}
+
+    def _views(self, context: Any) -> Any:
+        """The registry asset's accessor, where the remembered views are kept (shared with the
+        sensors and the monitor); the memory asset's own when the registry is not reachable."""
+        from watermark_ops.airflow.registry import CHECKPOINT_REGISTRY
+
+        try:
+            return context["asset_state_store"][CHECKPOINT_REGISTRY]
+        except Exception as exc:  # noqa: BLE001 - the views then live beside the heads
+            self.log.warning("no asset state store for the registry (the view is kept with the audit memory): %r", exc)
+            return None
 
     def _accept_reset(self, memory: AssetStateStoreMemory, context: Any) -> None:
         """Record the acceptance of the reset to the checkpoint's current query id (see the class docstring)."""
@@ -122,11 +143,11 @@ class WatermarkAuditOperator(BaseOperator):
                             storage_options=self.storage_options)
         memory = None
         if self.memory_asset is not None:
-            memory = AssetStateStoreMemory(context["asset_state_store"][self.memory_asset])
+            memory = AssetStateStoreMemory(context["asset_state_store"][self.memory_asset], views=self._views(context))
         try:
             if memory is not None and self.accept_reset and str(self.accept_reset).strip():
                 self._accept_reset(memory, context)
-            report = run_audit(self.checkpoint, memory, **self._reading())
+            report = run_audit(self.checkpoint, memory, full=bool(self.full), **self._reading())
         except MemoryFormatError as exc:
             raise AirflowFailException(f"audit memory of {self.checkpoint} is malformed: {exc}") from exc
         self.log.info("Watermark audit of %s\n%s", self.checkpoint, audit_report_text(report, limit=self.table_limit))

@@ -15,12 +15,13 @@ evaluation, :func:`watermark_ops.core.checks.check`, whose outcome decides: ``do
 ``fail`` → fail at once (a jumped watermark never goes back); ``skip`` → skipped.
 
 Every evaluation reads the checkpoint through :func:`watermark_ops.core.checks.check_tail` from the
-tail the previous one read (:class:`watermark_ops.core.tail.Tail`): a poke on an unchanged
-checkpoint lists nothing and makes the same few requests at 10 or 10,000 batches. The tail is kept
+checkpoint's remembered view (:class:`watermark_ops.core.view.View`): a poke on an unchanged
+checkpoint lists nothing and makes the same few requests at 10 or 10,000 batches. The view is kept
 in the task's process between pokes (``mode="poke"``), in the trigger between its polls (deferrable),
 and in the asset state store of :data:`watermark_ops.airflow.registry.CHECKPOINT_REGISTRY` (an inlet
-of every sensor) under ``watermark_tail:<checkpoint>`` (:class:`watermark_ops.airflow.memory.TailMemory`)
-for the next process: the next poke of ``mode="reschedule"``, the next DAG run.
+of every sensor) under ``watermark_view:<checkpoint>`` (:class:`watermark_ops.airflow.memory.AssetStateStoreMemory`)
+for the next process: the next poke of ``mode="reschedule"``, the next DAG run, the monitor and
+the audit operator, which read and move on the same view.
 
 A checkpoint on object storage is read through an Airflow connection (``conn_id``, e.g. an ``aws``
 connection for ``s3://``): :func:`watermark_ops.airflow.storage.checkpoint_filesystem`.
@@ -99,7 +100,8 @@ class _WatermarkSensor(BaseSensorOperator):
         self.conn_id = conn_id
         self.deferrable = deferrable
         self._last: dict[str, Any] | None = None
-        self._tail: Any = None  # the tail the last poke read (Tail), kept between pokes in this process
+        self._tail: Any = None  # the view the last poke left (View), kept between pokes in this process
+        self._loaded: Any = None  # the view as stored, to write only what changed
         self._tail_memory: Any = None
 
     # -- the one evaluation -------------------------------------------------------------------
@@ -108,27 +110,28 @@ class _WatermarkSensor(BaseSensorOperator):
         return None
 
     def _memory(self, context: Any) -> Any:
-        """The :class:`TailMemory` on the registry asset's state store, or None (no store here)."""
+        """The views kept on the registry asset's state store, or None (no store here)."""
         if self._tail_memory is None and context is not None:
-            from watermark_ops.airflow.memory import TailMemory
+            from watermark_ops.airflow.memory import AssetStateStoreMemory
             from watermark_ops.airflow.registry import CHECKPOINT_REGISTRY
 
             try:
-                self._tail_memory = TailMemory(context["asset_state_store"][CHECKPOINT_REGISTRY])
-            except Exception as exc:  # the tail is an optimisation: without a store, pokes list
-                self.log.warning("no asset state store for the remembered tail (pokes will list): %r", exc)
+                self._tail_memory = AssetStateStoreMemory(None, views=context["asset_state_store"][CHECKPOINT_REGISTRY])
+            except Exception as exc:  # the view is an optimisation: without a store, pokes list
+                self.log.warning("no asset state store for the remembered view (pokes will list): %r", exc)
         return self._tail_memory
 
     def _check(self, context: Any = None) -> Check:
-        """One evaluation from the remembered tail (:func:`check_tail`); remembers the new tail."""
+        """One evaluation from the remembered view (:func:`check_tail`); remembers the new view."""
         from watermark_ops.airflow.storage import checkpoint_filesystem
+        from watermark_ops.core.view import load_view, save_view
 
         memory = self._memory(context)
         if self._tail is None and memory is not None:
             try:
-                self._tail = memory.load(self.checkpoint)
+                self._tail = self._loaded = load_view(memory, self.checkpoint)
             except Exception as exc:
-                self.log.warning("remembered tail of %s not read (this poke lists): %r", self.checkpoint, exc)
+                self.log.warning("remembered view of %s not read (this poke lists): %r", self.checkpoint, exc)
         fs = checkpoint_filesystem(self.checkpoint, self.conn_id, self.storage_options)
         try:
             result, tail = check_tail(self.checkpoint, self._tail, goal=self.goal, thresholds=self.thresholds,
@@ -141,13 +144,14 @@ class _WatermarkSensor(BaseSensorOperator):
         if tail is not None:
             counts = {k: n for k, n in tail.requests.items() if isinstance(n, int) and not isinstance(n, bool)}
             self.log.info("read %s (%s): %s", self.checkpoint,
-                          "listed" if tail.requests.get("listed") else "from the remembered tail, no listing",
+                          "listed" if tail.requests.get("listed") else "from the remembered view, no listing",
                           ", ".join(f"{n} {kind.upper()}" for kind, n in sorted(counts.items())) or "nothing")
             if memory is not None:
                 try:
-                    memory.save(self.checkpoint, tail)
+                    save_view(memory, self.checkpoint, tail, previous=self._loaded)
+                    self._loaded = tail
                 except Exception as exc:
-                    self.log.warning("tail of %s not remembered (the next process lists): %r", self.checkpoint, exc)
+                    self.log.warning("view of %s not remembered (the next process lists): %r", self.checkpoint, exc)
         return result
 
     def _settle(self, context: Any, outcome: str, message: str, classification: dict[str, Any] | None) -> Any:

@@ -7,8 +7,8 @@ fsspec I/O (listings and reads, possibly over the network): it runs in a worker 
 (``asyncio.to_thread``) so that the triggerer's event loop, shared by every trigger, never
 blocks; between polls the trigger waits with ``asyncio.sleep``.
 
-Each poll follows the tail the previous one read (:func:`watermark_ops.core.checks.check_tail`,
-kept in the trigger between polls): after the first poll, an unchanged checkpoint costs a constant
+Each poll moves on the remembered view the previous one left (:func:`watermark_ops.core.checks.check_tail`,
+:mod:`watermark_ops.core.view`, kept in the trigger between polls): after the first poll, an unchanged checkpoint costs a constant
 number of requests (no listing) whatever its history, and a new ``offsets/N`` / ``commits/N`` is
 fetched by name, so the triggerer (a long-lived process whose filesystem, and its listing cache,
 outlives every trigger) sees it. A checkpoint on object storage is read through an Airflow
@@ -96,7 +96,7 @@ class WatermarkTrigger(BaseTrigger):
         self.timeout = timedelta(seconds=timeout.total_seconds())  # plain, never a pendulum Duration
         self.storage_options = storage_options
         self.conn_id = conn_id
-        self._tail: Any = None  # the tail the last poll read (watermark_ops.core.tail.Tail), this process only
+        self._tail: Any = None  # the view the last poll left (watermark_ops.core.view.View), this process only
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         """``("watermark_ops.airflow.triggers.WatermarkTrigger", kwargs)``: the kwargs rebuild an equal trigger."""
@@ -118,7 +118,7 @@ class WatermarkTrigger(BaseTrigger):
 
     def _check(self):
         """One poll, in a worker thread: the filesystem (from ``conn_id``), then :func:`check_tail`
-        from the tail the previous poll read; remembers the new tail."""
+        from the view the previous poll left; remembers the new view."""
         from watermark_ops.airflow.storage import checkpoint_filesystem
 
         fs = checkpoint_filesystem(self.checkpoint, self.conn_id, self.storage_options)

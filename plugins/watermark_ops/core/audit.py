@@ -18,29 +18,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from watermark_ops.core.checkpoint import Checkpoint, open_storage, read_checkpoint
+from watermark_ops.core.checkpoint import Checkpoint
 from watermark_ops.core.memory import AuditMemory, RememberedHead
-from watermark_ops.core.progress import ProgressLog, progress_log_path, read_progress_log
-from watermark_ops.core.rules import (
-    ERROR,
-    INFO,
-    WARNING,
-    BatchRecord,
-    Finding,
-    commit_offset_mismatch,
-    commit_without_offsets,
-    conf_changed,
-    conf_requested_but_frozen,
-    in_flight_batch,
-    memory_rules,
-    missing_batch,
-    unreadable,
-    uses_async_progress_tracking,
-    watermark_regressed,
-)
+from watermark_ops.core.progress import ProgressLog
+from watermark_ops.core.findings import log_findings, log_rules, sort_findings, with_memory  # noqa: F401
+from watermark_ops.core.rules import ERROR, BatchRecord, Finding, memory_rules, unreadable
 from watermark_ops.core.times import iso_utc
 
-__all__ = ["EXIT_CODES", "AuditReport", "audit_checkpoint", "run_audit"]
+__all__ = ["EXIT_CODES", "AuditReport", "audit_checkpoint", "log_findings", "run_audit", "sort_findings", "with_memory"]
 
 EXIT_CODES = {"ok": 0, "violation": 1, "unreadable": 2}
 
@@ -53,6 +38,10 @@ class AuditReport:
     :ivar remembered: the head remembered by the previous audit, None if none.
     :ivar added_batch_ids: ids of the batches added since the remembered head (all when no memory):
         the batches of the runs since the previous audit.
+    :ivar reads: what the audit read (:func:`run_audit`): ``{"mode": "full" | "incremental",
+        "batch_files": files read, "requests": n, "new_batches": batches read above the remembered
+        view, "batches_held": len(batches), "batches_in_logs": batches in the offset log,
+        "lowest_batch_id": int | None}``; None for :func:`audit_checkpoint`.
     """
 
     location: str
@@ -65,6 +54,7 @@ class AuditReport:
     remembered: RememberedHead | None = None
     audited_at_ms: int = 0
     added_batch_ids: tuple[int, ...] = field(default=())
+    reads: dict[str, Any] | None = None
 
     @property
     def status(self) -> str:
@@ -99,7 +89,10 @@ class AuditReport:
              "findings": [{"rule", "severity", "batch_id", "file", "message"}],
              "remembered": {"query_id", "head_batch_id", "watermark_ms", "audited_at_ms"} | null,
              "added_batches": {"first": int, "last": int, "count": int} | null,
-             "audited_at_ms": int}
+             "audited_at_ms": int, "reads": {...} | null}
+
+        ``batches`` are every batch read (a full audit), or the newest ones a remembered view
+        holds (an incremental one: ``reads``).
         """
         added = None
         if self.added_batch_ids:
@@ -118,6 +111,7 @@ class AuditReport:
             "remembered": self.remembered.to_dict() if self.remembered else None,
             "added_batches": added,
             "audited_at_ms": self.audited_at_ms,
+            "reads": self.reads,
         }
 
     def to_json(self, indent: int | None = None) -> str:
@@ -134,80 +128,96 @@ def audit_checkpoint(checkpoint: Checkpoint, remembered: RememberedHead | None =
     :param progress: the job's progress log (:class:`watermark_ops.core.progress.ProgressLog`), or None.
     """
     records = tuple(BatchRecord.from_batch(b) for b in checkpoint.batches)
-    location = checkpoint.location
-    findings = [
-        *unreadable(checkpoint.problems),
-        *memory_rules(records, remembered, query_id=checkpoint.query_id, head_batch_id=checkpoint.head_batch_id,
-                      location=location),
-        *watermark_regressed(records),
-        *commit_offset_mismatch(records),
-        *commit_without_offsets(records),
-        *missing_batch(records, location, checkpoint.has_commit_log,
-                       uses_async_progress_tracking(records, progress.records if progress is not None else (),
-                                                    checkpoint.query_id)),
-        *conf_changed(records),
-        *(conf_requested_but_frozen(records, progress.records, progress.location, checkpoint.query_id)
-          if progress is not None else []),
-        *in_flight_batch(records, checkpoint.has_commit_log),
-    ]
-    order = {ERROR: 0, WARNING: 1, INFO: 2}
-    findings.sort(key=lambda f: (order[f.severity], -1 if f.batch_id is None else f.batch_id))
+    memory = memory_rules(records, remembered, query_id=checkpoint.query_id, head_batch_id=checkpoint.head_batch_id,
+                          location=checkpoint.location)
+    findings = sort_findings([*unreadable(checkpoint.problems), *memory, *log_rules(records, checkpoint, progress)])
+    return _report(checkpoint, records, findings, remembered, now_ms)
+
+
+def _report(checkpoint: Checkpoint, records: tuple[BatchRecord, ...], findings: tuple[Finding, ...],
+            remembered: RememberedHead | None, now_ms: int | None, reads: dict[str, Any] | None = None,
+            known: tuple[BatchRecord, ...] | None = None) -> AuditReport:
     since = remembered.head_batch_id if remembered is not None and remembered.query_id == checkpoint.query_id else None
-    added = tuple(r.batch_id for r in records if r.has_offsets and (since is None or r.batch_id > since))
+    added = tuple(r.batch_id for r in (known or records) if r.has_offsets and (since is None or r.batch_id > since))
     return AuditReport(
-        location=location,
+        location=checkpoint.location,
         query_id=checkpoint.query_id,
         head_batch_id=checkpoint.head_batch_id,
         in_flight_batch_id=checkpoint.in_flight_batch_id,
         watermark_ms=checkpoint.next_watermark_ms,
         batches=records,
-        findings=tuple(findings),
+        findings=findings,
         remembered=remembered,
         audited_at_ms=int(time.time() * 1000) if now_ms is None else now_ms,
         added_batch_ids=added,
+        reads=reads,
     )
 
 
-def _progress_beside(location: str, storage_options: dict[str, Any] | None,
-                     filesystem: Any = None) -> ProgressLog | None:
-    """The job's progress log beside the checkpoint (``<checkpoint>.progress.jsonl``), if readable."""
-    try:
-        return read_progress_log(progress_log_path(location), filesystem=filesystem, storage_options=storage_options)
-    except (OSError, ValueError, ImportError):
-        return None
-
-
 def run_audit(location: Any, memory: AuditMemory | None = None, *, storage_options: dict[str, Any] | None = None,
-              now_ms: int | None = None, filesystem: Any = None) -> AuditReport:
-    """Read the checkpoint, audit it against the remembered head, then remember the new head.
+              now_ms: int | None = None, filesystem: Any = None, full: bool = False) -> AuditReport:
+    """Audit the checkpoint against the head the previous audit remembered, then remember the new head.
 
-    The memory moves on after every audit that found a head, violations included: each finding
-    about a change is reported once (by this audit), and the next audit compares with what this
-    one saw.
+    With a ``memory`` that holds a remembered view of this checkpoint
+    (:mod:`watermark_ops.core.view`), only what changed since is read: ``metadata``, the new
+    batches' files by name (no listing) and the progress log's new lines; the new batches are
+    audited with the one before them and their findings added to the remembered ones, which are
+    what a full audit of the same files gives (``reads["mode"]`` is ``incremental``; the report's
+    ``batches`` are then the newest ones the view holds). Without a view (the first audit, an
+    older memory that kept only the head, a view that started from a sensor's bounded read), with
+    ``full=True``, or when the view no longer matches (a reset, a rewind, a gap), everything is
+    read (``reads["mode"]`` is ``full``). The memory moves on after every audit that found a head,
+    violations included: each finding about a change is reported once (by this audit), and the
+    next audit compares with what this one saw.
 
     :param location: the checkpoint (see :func:`watermark_ops.core.checkpoint.read_checkpoint`).
     :param memory: a :class:`watermark_ops.core.memory.StateFileMemory`, an
-        :class:`watermark_ops.airflow.memory.AssetStateStoreMemory`, or None (no memory rules).
+        :class:`watermark_ops.airflow.memory.AssetStateStoreMemory`, or None (no memory rules;
+        everything read).
     :param storage_options: / filesystem: how to reach the checkpoint and its progress log, as for
         :func:`~watermark_ops.core.checkpoint.read_checkpoint` (every file read at once, concurrently).
-    :raises watermark_ops.core.memory.MemoryFormatError: when the memory holds something malformed
+    :param full: read every file again, whatever the memory holds (``watermark-ops audit --full``).
+    :raises watermark_ops.core.memory.MemoryFormatError: when the memory holds a malformed head
         (nothing is read from the checkpoint then, and nothing is written).
     """
-    key = str(location)
-    remembered = memory.load(key) if memory is not None else None
-    storage, root = open_storage(location, filesystem=filesystem, storage_options=storage_options)
-    if storage.retry_delays:  # a remote store: the progress log is read while the checkpoint is
-        from concurrent.futures import ThreadPoolExecutor
+    from watermark_ops.core.advance import advance
+    from watermark_ops.core.view import WINDOW, load_view, save_view
 
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            progress_future = pool.submit(_progress_beside, storage.display(root), storage_options, filesystem)
-            checkpoint = read_checkpoint(location, filesystem=filesystem, storage_options=storage_options)
-            progress = progress_future.result()
-    else:
-        checkpoint = read_checkpoint(location, filesystem=filesystem, storage_options=storage_options)
-        progress = _progress_beside(checkpoint.location, storage_options, filesystem)
-    report = audit_checkpoint(checkpoint, remembered, now_ms=now_ms, progress=progress)
+    previous = load_view(memory, location) if memory is not None else None
+    remembered = previous.remembered if previous is not None else None
+    where = {"filesystem": filesystem, "storage_options": storage_options}
+    newest = max(WINDOW, previous.newest if previous is not None else 0)
+    view = advance(location, previous, newest=newest, audit=True, state=False, full=full, **where)
+    known = _known(view)
+    if view.fresh is None and remembered is not None and remembered.query_id == view.query_id and known:
+        lowest = view.window.lowest_offsets_batch_id
+        if max(remembered.head_batch_id + 1, lowest if lowest is not None else 0) < known[0].batch_id:
+            # Batches since the previous audit that the view no longer holds (sensors moved it
+            # on by more than its window): the memory rules need them, read everything.
+            view = advance(location, previous, newest=newest, audit=True, state=False, full=True, **where)
+            known = _known(view)
+    checkpoint = view.fresh or view.window
+    records = tuple(BatchRecord.from_batch(b) for b in known)
+    memory_findings = memory_rules(records, remembered, query_id=checkpoint.query_id,
+                                   head_batch_id=checkpoint.head_batch_id, location=checkpoint.location)
+    findings = with_memory(view.findings, memory_findings)
+    shown = records if view.fresh is not None else tuple(BatchRecord.from_batch(b) for b in view.window.batches)
+    lowest = checkpoint.lowest_offsets_batch_id
+    reads = dict(view.reads, batches_held=len(shown), new_batches=sum(1 for b in view.added if b.offsets_file),
+                 batches_in_logs=len(shown) + (0 if view.fresh is not None else view.window.unread_batches),
+                 lowest_batch_id=lowest)
+    report = _report(checkpoint, shown, findings, remembered, now_ms, reads, known=records)
     head = report.head()
     if memory is not None and head is not None:
-        memory.save(key, head)
+        save_view(memory, location, view.with_remembered(head.keeping_acceptance(remembered)), previous=previous)
     return report
+
+
+def _known(view: Any) -> tuple[Any, ...]:
+    """Every batch a look leaves in hand: the whole checkpoint after a full read, else the window
+    and the batches read above the previous boundary (more than the window after a long pause)."""
+    if view.fresh is not None:
+        return view.fresh.batches
+    by_id = {b.batch_id: b for b in view.added}
+    by_id.update({b.batch_id: b for b in view.window.batches})
+    return tuple(by_id[i] for i in sorted(by_id))

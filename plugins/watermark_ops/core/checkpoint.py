@@ -69,7 +69,7 @@ Pure core: imports neither Airflow nor Spark.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property, partial
 from typing import Any, Iterable
 
@@ -84,8 +84,8 @@ from watermark_ops.core.log_formats import (
     parse_offsets,
 )
 # The storage back-ends and the state metadata reader live in their own modules; their public names
-# stay importable from here, where the README and the docs show them.
-from watermark_ops.core.state.metadata import StateMetadata, StateOperator, read_state_metadata  # noqa: F401
+# stay importable from here, where the README and the docs show them (the state metadata reader's
+# on first use: an audit never needs it).
 from watermark_ops.core.storage import (  # noqa: F401 - re-exported
     _HALF_WRITTEN,
     MAX_CONCURRENT_READS,
@@ -98,6 +98,20 @@ from watermark_ops.core.storage import (  # noqa: F401 - re-exported
     filesystem_for,
     open_storage,
 )
+
+_STATE_NAMES = ("StateMetadata", "StateOperator", "read_state_metadata")
+
+
+def __getattr__(name: str) -> Any:
+    """``StateMetadata``, ``StateOperator``, ``read_state_metadata``: from :mod:`watermark_ops.core.state.metadata`."""
+    if name in _STATE_NAMES:
+        import importlib
+
+        value = getattr(importlib.import_module("watermark_ops.core.state.metadata"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["MAX_CONCURRENT_READS", "RETRY_DELAYS_S", "Batch", "Checkpoint", "LogFiles", "StateMetadata",
            "StateOperator", "filesystem_for", "open_storage", "read_checkpoint", "read_log_files", "read_state_metadata"]
@@ -253,13 +267,18 @@ def read_checkpoint(location: Any, *, filesystem: Any = None, storage_options: d
 
 def _read(storage: Any, root: str, newest: int | None) -> Checkpoint:
     """:func:`read_checkpoint` on a resolved storage (``storage.requests`` counts what it did)."""
+    return _read_sized(storage, root, newest)[0]
+
+
+def _read_sized(storage: Any, root: str, newest: int | None) -> tuple[Checkpoint, int | None]:
+    """:func:`_read`, and the size in bytes of the head's ``offsets/<head>`` (None when unread)."""
     display = storage.display
     shown = display(root)
     problems: list[ReadProblem] = []
     top = _list_checkpoint(storage, root, shown, problems)
     if top is None:
         return Checkpoint(location=shown, query_id=None, batches=(), problems=tuple(problems), has_commit_log=False,
-                          newest=newest)
+                          newest=newest), None
     commit_files: dict[int, str] = {}
     if newest is None and storage.retry_delays and top.get("commits") == "directory":
         # A remote store: both log folders listed at once (each listing is pages of 1,000 names).
@@ -289,7 +308,9 @@ def _read(storage: Any, root: str, newest: int | None) -> Checkpoint:
             probed = {i: f"{root}/commits/{i}" for i in offsets_files}
         commit_files = probed
     metadata_path = f"{root}/metadata" if "metadata" in top else None
-    files = read_log_files(storage, offsets_files, commit_files, metadata_path, probed=probed.values())
+    head = max(offsets_files) if offsets_files else None
+    files = read_log_files(storage, offsets_files, commit_files, metadata_path, probed=probed.values(),
+                           size_of=() if head is None else (head,))
     problems.extend(files.problems)
     offsets_files, commit_files = files.offsets_files, files.commit_files
     batches = tuple(
@@ -305,7 +326,8 @@ def _read(storage: Any, root: str, newest: int | None) -> Checkpoint:
     return Checkpoint(location=shown, query_id=files.query_id, batches=batches, problems=tuple(problems),
                       has_commit_log=top.get("commits") == "directory",
                       metadata_file=display(metadata_path) if metadata_path else None,
-                      newest=newest, unread_batches=unread, lowest_offsets_batch_id=lowest_offsets)
+                      newest=newest, unread_batches=unread, lowest_offsets_batch_id=lowest_offsets), \
+        files.offsets_sizes.get(head)
 
 
 @dataclass
@@ -321,11 +343,12 @@ class LogFiles:
     commit_files: dict[int, str]
     problems: list[ReadProblem]
     metadata_read: bool = False
+    offsets_sizes: dict[int, int] = field(default_factory=dict)
 
 
 def read_log_files(storage: Any, offsets_files: dict[int, str], commit_files: dict[int, str],
                    metadata_path: str | None, *, probed: Iterable[str] = (),
-                   probed_offsets: Iterable[str] = ()) -> LogFiles:
+                   probed_offsets: Iterable[str] = (), size_of: Iterable[int] = ()) -> LogFiles:
     """Read and parse offset-log and commit-log files (and ``metadata``) in one concurrent read.
 
     Shared by :func:`read_checkpoint` and :func:`watermark_ops.core.tail.follow`.
@@ -334,6 +357,8 @@ def read_log_files(storage: Any, offsets_files: dict[int, str], commit_files: di
     :param probed: commit files that may not exist (absent: not committed, no problem, dropped
         from ``commit_files``); ``probed_offsets``: offsets files likewise (dropped from
         ``offsets_files`` when absent). Every other missing file is a problem naming it.
+    :param size_of: batch ids whose offsets file's size in bytes goes into ``offsets_sizes``
+        (the remembered view notices a rewritten head by its size).
     :return: a :class:`LogFiles`. A file that cannot be read, or reads as half-written
         (``empty``, ``truncated``, ``not_json``) on a remote filesystem, is read again within
         :data:`RETRY_DELAYS_S`; what still fails is a problem naming it and the reads made.
@@ -385,12 +410,17 @@ def read_log_files(storage: Any, offsets_files: dict[int, str], commit_files: di
         ordered.extend(own_problems[found_offsets[batch_id]])
     for batch_id in sorted(found_commits):
         ordered.extend(own_problems[found_commits[batch_id]])
+    sizes = {}
+    for i in size_of:
+        raw = content(found_offsets[i]) if i in found_offsets else None
+        if raw is not None and not isinstance(raw, Exception):
+            sizes[i] = len(raw)
     return LogFiles(
         query_id=parsed.get(metadata_path) if metadata_path else None,
         offsets={i: parsed[path] for i, path in found_offsets.items() if parsed[path] is not None},
         commits={i: parsed[path] for i, path in found_commits.items() if parsed[path] is not None},
         offsets_files=found_offsets, commit_files=found_commits, problems=ordered,
-        metadata_read=metadata_path is not None)
+        metadata_read=metadata_path is not None, offsets_sizes=sizes)
 
 
 _ABSENT = object()

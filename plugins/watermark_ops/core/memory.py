@@ -21,7 +21,11 @@ query change or a corrupt state store is often to delete the checkpoint and star
 it with ``watermark-ops accept-reset CHECKPOINT --why TEXT --state FILE`` or the audit operator's
 ``accept_reset``, instead of editing the memory by hand.
 
-Two places to keep it, both behind the same two methods (``load(location)``, ``save(location, head)``):
+The head is one part of what is remembered of a checkpoint: its remembered view
+(:mod:`watermark_ops.core.view`: the newest batches, the audited boundary and findings, the
+progress-log position, what the state metadata said) is the other, so the next audit reads only
+the new batches. Both are kept behind one interface (:class:`AuditMemory`: ``load`` / ``save`` of
+the head, ``load_view_entry`` / ``save_view_entry`` of the view), in three back-ends:
 
 * :class:`StateFileMemory`: a JSON state file through fsspec (the terminal: ``--state FILE``);
   one file can remember many checkpoints, keyed by location::
@@ -29,10 +33,16 @@ Two places to keep it, both behind the same two methods (``load(location)``, ``s
       {"version": 1,
        "checkpoints": {"/abs/path/to/checkpoint": {"query_id": "...", "head_batch_id": 41,
                         "watermark_ms": 1357047180000, "audited_at_ms": 1795265536436,
-                        "accepted_reset": {...}}}}      # only after an accept-reset
+                        "accepted_reset": {...},    # only after an accept-reset
+                        "view": {...}}}}            # View.to_dict(), since the remembered view
 
+  A file of earlier versions (the head alone) is read as it is: the next audit reads everything
+  once and adds the view.
 * ``AssetStateStoreMemory`` (:mod:`watermark_ops.airflow.memory`, the Airflow face): Airflow 3.3's
-  asset state store (AIP-103). One key per checkpoint: ``watermark_audit:<location>``.
+  asset state store (AIP-103). The head under ``watermark_audit:<location>`` (the audit's memory
+  asset), the view under ``watermark_view:<location>`` (the checkpoint registry, which every
+  watermark-ops task has as an inlet: the sensors, the monitor and the audit share it).
+* :class:`watermark_ops.core.view.InProcessViews`: a dict in the process (the UI's overview).
 
 Pure core: imports neither Airflow nor Spark.
 """
@@ -42,7 +52,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import uuid
 from dataclasses import dataclass, replace
 from typing import Any, Iterator, Protocol
 
@@ -61,6 +70,8 @@ __all__ = [
 ]
 
 STATE_FILE_VERSION = 1
+#: The fields of a remembered head in a state file's entry (:meth:`RememberedHead.to_dict`).
+_HEAD_KEYS = {"query_id", "head_batch_id", "watermark_ms", "audited_at_ms"}
 
 
 class MemoryFormatError(ValueError):
@@ -179,13 +190,29 @@ class RememberedHead:
 
 
 class AuditMemory(Protocol):
-    """Where remembered heads are kept (see the module docstring)."""
+    """Where what is remembered of a checkpoint is kept: the one store interface of every face.
+
+    Two parts per checkpoint (keyed by :func:`memory_key`): the head the last audit saw
+    (``load`` / ``save``, a :class:`RememberedHead`) and the rest of its remembered view
+    (``load_view_entry`` / ``save_view_entry``: the JSON of
+    :meth:`watermark_ops.core.view.View.to_dict`, or a view kept as is in the process), read and
+    written through :func:`watermark_ops.core.view.load_view` / :func:`~watermark_ops.core.view.save_view`.
+    Back-ends: :class:`StateFileMemory` (a JSON file, the terminal),
+    :class:`watermark_ops.airflow.memory.AssetStateStoreMemory` (Airflow's asset state store),
+    :class:`watermark_ops.core.view.InProcessViews` (the process, the UI).
+    """
 
     def load(self, location: str) -> RememberedHead | None:
         """The head remembered for the checkpoint at ``location``, None if none."""
 
     def save(self, location: str, head: RememberedHead) -> None:
         """Remember ``head`` for the checkpoint at ``location``."""
+
+    def load_view_entry(self, location: str) -> Any:
+        """The stored view of the checkpoint at ``location`` (a JSON object, or a view), None if none."""
+
+    def save_view_entry(self, location: str, view: Any) -> None:
+        """Keep ``view`` (a :class:`watermark_ops.core.view.View`) for the checkpoint at ``location``."""
 
 
 def accept_reset(memory: AuditMemory, location: str, query_id: str | None, *, why: str, by: str,
@@ -287,20 +314,56 @@ class StateFileMemory:
         return self._entries
 
     def load(self, location: str) -> RememberedHead | None:
-        """The head remembered for ``location``, None if none.
+        """The head remembered for ``location``, None if none (an entry holding only a view,
+        written by ``status --state``, has no head).
 
         :raises MemoryFormatError: when the state file or this checkpoint's entry is malformed.
         """
         key = memory_key(location)
         value = self._read().get(key)
-        return None if value is None else RememberedHead.from_dict(value, f"state file {self.path}, entry {key!r}")
+        if value is None or (isinstance(value, dict) and not _HEAD_KEYS & value.keys()):
+            return None
+        return RememberedHead.from_dict(value, f"state file {self.path}, entry {key!r}")
 
     def save(self, location: str, head: RememberedHead) -> None:
-        """Remember ``head`` for ``location`` (other checkpoints' entries are kept; an accepted reset
-        of this checkpoint is kept while ``head`` has the accepted query id).
+        """Remember ``head`` for ``location`` (other checkpoints' entries are kept, and this one's
+        view; an accepted reset of this checkpoint is kept while ``head`` has the accepted query id).
 
         :raises MemoryFormatError: when the existing file is malformed (it is left untouched).
         """
+        def change(entry: dict[str, Any] | None, key: str) -> dict[str, Any]:
+            nonlocal head
+            if entry is not None and _HEAD_KEYS & entry.keys():  # keep an accepted reset while the query id is the accepted one
+                head = head.keeping_acceptance(RememberedHead.from_dict(entry, f"state file {self.path}, entry {key!r}"))
+            view = entry.get("view") if isinstance(entry, dict) else None
+            return {**head.to_dict(), **({"view": view} if view is not None else {})}
+
+        self._update(location, change)
+
+    def load_view_entry(self, location: str) -> Any:
+        """The view kept in this checkpoint's entry (``"view"``: :meth:`watermark_ops.core.view.View.to_dict`),
+        None if none (a state file of earlier versions keeps only the head: read, and completed
+        at the next save)."""
+        value = self._read().get(memory_key(location))
+        return value.get("view") if isinstance(value, dict) else None
+
+    def save_view_entry(self, location: str, view: Any) -> None:
+        """Keep ``view`` in this checkpoint's entry (its head, other checkpoints' entries kept).
+
+        :raises MemoryFormatError: when the existing file is malformed (it is left untouched).
+        """
+        document = view.to_dict()
+
+        def change(entry: dict[str, Any] | None, key: str) -> dict[str, Any]:
+            if entry is not None and not isinstance(entry, dict):
+                raise MemoryFormatError(f"state file {self.path}, entry {key!r}: expected an object, got {entry!r}")
+            return {**(entry or {}), "view": document}
+
+        self._update(location, change)
+
+    def _update(self, location: str, change: Any) -> None:
+        """Re-read the file under the lock, replace this checkpoint's entry by ``change(entry, key)``,
+        write the file whole (a temporary file moved over it)."""
         parent = self._fs._parent(self._fs_path)
         if parent:
             self._fs.makedirs(parent, exist_ok=True)
@@ -308,12 +371,11 @@ class StateFileMemory:
             self._entries = None  # re-read: another audit may have saved since this one loaded
             entries = dict(self._read())
             key = memory_key(location)
-            previous = entries.get(key)
-            if previous is not None:  # keep an accepted reset while the query id is the accepted one
-                head = head.keeping_acceptance(RememberedHead.from_dict(previous, f"state file {self.path}, entry {key!r}"))
-            entries[key] = head.to_dict()
+            entries[key] = change(entries.get(key), key)
             payload = json.dumps({"version": STATE_FILE_VERSION, "checkpoints": entries}, indent=2, sort_keys=True)
             name = self._fs_path.rstrip("/").rsplit("/", 1)[-1]
+            import uuid
+
             temp = f"{parent}/.{name}.{uuid.uuid4().hex}.tmp" if parent else f".{name}.{uuid.uuid4().hex}.tmp"
             self._fs.pipe_file(temp, (payload + "\n").encode())
             self._fs.mv(temp, self._fs_path)

@@ -22,9 +22,9 @@ from __future__ import annotations
 from typing import Any, Iterable, Sequence
 
 from watermark_ops.core.audit import audit_checkpoint
-from watermark_ops.core.checkpoint import read_checkpoint
-from watermark_ops.core.progress import progress_log_path, read_progress_log
+from watermark_ops.core.progress import progress_log_path
 from watermark_ops.core.rules import ERROR, INFO, WARNING
+from watermark_ops.core.snapshot import read_snapshot
 from watermark_ops.core.status import CheckpointStatus
 from watermark_ops.core.thresholds import Thresholds
 from watermark_ops.core.times import iso_utc, now_ms
@@ -45,26 +45,19 @@ MAX_PAGE_SIZE = 1000
 _RANK_ERROR, _RANK_ALARM, _RANK_WARNING, _RANK_OK, _RANK_NOT_YET = 0, 1, 2, 3, 4
 
 
-def _classify(checkpoint, thresholds: Thresholds, at_ms: int | None, progress=None, where: dict | None = None):
-    """(classification or None, message why not). With the progress log already read whole (the
-    audit read it), its records of the batches the checkpoint holds are used, as
-    :func:`~watermark_ops.core.stall.classify_at` selects them from the log's end, without a
-    second read; without it, ``classify_at`` reads the end of the log."""
-    from watermark_ops.core.stall import StallInputError, classify, classify_at, state_metadata_of
+def judged(snapshot, thresholds: Thresholds, at_ms: int | None, now: int | None = None) -> tuple:
+    """``(status, audit report, classification or None, why not)`` of one read (a
+    :class:`watermark_ops.core.snapshot.Snapshot`): pure functions of it, nothing is read. The
+    audit runs without memory; the classification uses the progress records of the batches read."""
+    from watermark_ops.core.classification import StallInputError, classify_snapshot
 
-    where = where or {}
+    checkpoint = snapshot.checkpoint
+    status = CheckpointStatus.of(checkpoint)
+    report = audit_checkpoint(checkpoint, None, now_ms=now, progress=snapshot.progress)
     try:
-        if progress is None or not checkpoint.batches:
-            return classify_at(checkpoint, thresholds, at_ms, **where), None
-        first = checkpoint.batches[0].batch_id
-        records = [r for r in progress.records if r["batch_id"] >= first]
-        # While the watermark is 0, the state operators' metadata is evidence of a watermark, as
-        # classify_at reads it (the same state as `watermark-ops status`).
-        state, state_problems = state_metadata_of(checkpoint, **where)
-        return classify(checkpoint, records, thresholds, now_ms() if at_ms is None else at_ms,
-                        list(progress.problems) + state_problems, state_metadata=state), None
+        return status, report, classify_snapshot(snapshot, thresholds, at_ms), None
     except StallInputError as exc:
-        return None, str(exc)
+        return status, report, None, str(exc)
 
 
 def _problem_text(problem) -> str:
@@ -96,30 +89,23 @@ def overview_row(location: str, thresholds: Thresholds, *, name: str | None = No
     """
     row = empty_row(location, name)
     try:
-        checkpoint = read_checkpoint(location, filesystem=filesystem, storage_options=storage_options)
+        snapshot = read_snapshot(location, progress="whole", filesystem=filesystem, storage_options=storage_options)
     except Exception as exc:  # a broken filesystem must not take the page down: the row says it
         row.update(error=f"cannot read the checkpoint: {exc!r}", rank=_RANK_ERROR)
         return row
-    return _row_of(row, checkpoint, thresholds, at_ms, missing_ok,
-                   where={"filesystem": filesystem, "storage_options": storage_options})
+    return _row_of(row, snapshot.checkpoint, thresholds, at_ms, missing_ok, judged(snapshot, thresholds, at_ms))
 
 
 def _row_of(row: dict[str, Any], checkpoint, thresholds: Thresholds, at_ms: int | None, missing_ok: bool,
-            read: tuple | None = None, where: dict | None = None) -> dict[str, Any]:
-    """Fill ``row`` from a checkpoint already read; ``read`` = (status, report, classification,
-    why_not) when the caller already has them."""
+            read: tuple) -> dict[str, Any]:
+    """Fill ``row`` from a checkpoint already read and judged: ``read`` = (status, report,
+    classification, why_not) (:func:`judged`)."""
     missing = [p for p in checkpoint.problems if p.kind == "checkpoint_missing"]
     if missing:
         row.update(error=(f"not run yet: {missing[0].message}" if missing_ok else missing[0].message),
                    rank=_RANK_NOT_YET if missing_ok else _RANK_ERROR)
         return row
-    if read is None:
-        status = CheckpointStatus.of(checkpoint)
-        progress = _progress_or_none(checkpoint.location, where)[0]
-        report = audit_checkpoint(checkpoint, None, progress=progress)
-        classification, why_not = _classify(checkpoint, thresholds, at_ms, progress, where)
-    else:
-        status, report, classification, why_not = read
+    status, report, classification, why_not = read
     row.update(
         query_id=status.query_id, head_batch_id=status.head_batch_id, in_flight_batch=status.in_flight_batch,
         watermark_ms=status.watermark_ms, watermark=iso_utc(status.watermark_ms),
@@ -179,18 +165,6 @@ def page_of(rows: Sequence[dict[str, Any]], page: int = 1,
         "problems": sum(1 for r in rows if r.get("rank", _RANK_OK) <= _RANK_ALARM),
         "warnings": sum(1 for r in rows if r.get("rank") == _RANK_WARNING),
     }
-
-
-def _progress_or_none(location: str, where: dict | None = None):
-    """(the progress log beside the checkpoint or None, a problem message or None). A missing
-    log is no problem (a job of another tool writes none)."""
-    path = progress_log_path(location)
-    try:
-        return read_progress_log(path, **(where or {})), None
-    except FileNotFoundError:
-        return None, None
-    except (OSError, ValueError, ImportError) as exc:
-        return None, f"progress log {path} cannot be read: {exc!r}"
 
 
 def _runs(progress, query_id: str | None) -> list[dict[str, Any]]:
@@ -312,14 +286,11 @@ def checkpoint_detail(location: str, thresholds: Thresholds, *, name: str | None
     """
     at = now_ms() if at_ms is None else at_ms
     problems: list[str] = []
-    where = {"filesystem": filesystem, "storage_options": storage_options}
-    checkpoint = read_checkpoint(location, **where)
-    status = CheckpointStatus.of(checkpoint)
-    progress, progress_problem = _progress_or_none(checkpoint.location, where)
-    if progress_problem:
-        problems.append(progress_problem)
-    report = audit_checkpoint(checkpoint, None, now_ms=at, progress=progress)
-    classification, why_not = _classify(checkpoint, thresholds, at_ms, progress, where)
+    snapshot = read_snapshot(location, progress="whole", filesystem=filesystem, storage_options=storage_options)
+    checkpoint, progress = snapshot.checkpoint, snapshot.progress
+    if snapshot.progress_error:
+        problems.append(snapshot.progress_error)
+    status, report, classification, why_not = judged(snapshot, thresholds, at_ms, now=at)
     if classification is None and why_not:
         problems.append(f"no stall classification: {why_not}")
     problems.extend(_problem_text(p) for p in checkpoint.problems)

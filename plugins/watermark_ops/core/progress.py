@@ -34,6 +34,7 @@ __all__ = [
     "ProgressLog",
     "progress_log_path",
     "read_progress_log",
+    "read_progress_since",
     "read_progress_tail",
     "records_of_run",
     "run_report",
@@ -68,6 +69,10 @@ class ProgressLog:
         (:func:`read_progress_tail`), where its first whole line starts.
     :ivar complete: False when a tail read stopped at :data:`TAIL_MAX_BYTES` before it reached the
         records it was asked for: records of the requested batches may then be missing.
+    :ivar end_offset: the byte offset reading stopped at (the end of the last whole line read):
+        where the next read of new lines starts (:func:`read_progress_since`).
+    :ivar marker: ``(size, version tag)`` of the file when read (the tag: its ETag on object
+        storage, else None), None when not read: the same marker later means the same file.
     """
 
     location: str
@@ -75,6 +80,8 @@ class ProgressLog:
     problems: list[str] = field(default_factory=list)
     start_offset: int = 0
     complete: bool = True
+    end_offset: int = 0
+    marker: Any = None
 
 
 class _Reader:
@@ -170,12 +177,15 @@ def _parse_lines(log: ProgressLog, data: bytes, first_offset: int, numbered: boo
         log.problems.append(f"{where}: {problem}")
 
 
-def read_progress_log(location: str, *, filesystem: Any = None,
-                      storage_options: dict[str, Any] | None = None) -> ProgressLog:
+def read_progress_log(location: str, *, filesystem: Any = None, storage_options: dict[str, Any] | None = None,
+                      fields: Iterable[str] | None = None) -> ProgressLog:
     """Read the whole log at ``location`` (local path or fsspec URL); a missing file is an empty log.
 
     :param filesystem: an fsspec filesystem to read ``location`` (a path or URL on it) with.
     :param storage_options: passed to ``fsspec.core.url_to_fs`` (credentials, endpoint).
+    :param fields: keep only these fields of each record (and ``batch_id``), e.g. what the audit's
+        rules read (``query_id``, ``run_id``, ``requested_conf``): a record is then decoded without
+        building the rest (msgspec), several times faster on a long log. None: every field.
     :raises OSError: when the file exists but cannot be read.
     """
     log = ProgressLog(location=str(location))
@@ -183,8 +193,71 @@ def read_progress_log(location: str, *, filesystem: Any = None,
         data = _Reader(location, filesystem, storage_options).whole()
     except FileNotFoundError:
         return log
-    _parse_lines(log, data, 0, numbered=True)
+    log.end_offset = len(data) if not data or data.endswith(b"\n") else data.rfind(b"\n") + 1
+    log.marker = (len(data), None)  # found (its version tag unknown: the next stat tells)
+    if fields is not None:
+        _parse_fields(log, data, tuple(fields))
+    else:
+        _parse_lines(log, data, 0, numbered=True)
     return log
+
+
+def read_progress_since(location: str, start: int, known: Any = None, *, filesystem: Any = None,
+                        storage_options: dict[str, Any] | None = None) -> ProgressLog | None:
+    """The lines appended to the log at ``location`` since byte ``start`` (a position a previous
+    read ended at, :attr:`ProgressLog.end_offset`): a stat, then one ranged read of the new bytes.
+
+    :param known: the ``marker`` of the previous read: the same size and tag now means nothing
+        changed (nothing is read).
+    :return: a :class:`ProgressLog` of the new whole lines (``start_offset`` = ``start``,
+        ``end_offset`` after the last whole line, ``marker`` now; problems name the line's byte
+        offset), or None when the log is shorter than ``start`` (rewritten: read its end again).
+    :raises FileNotFoundError: the log is gone. :raises OSError: it cannot be read.
+    """
+    reader = _Reader(location, filesystem, storage_options)
+    size, tag = reader.stat()
+    log = ProgressLog(location=str(location), start_offset=start, end_offset=start, marker=(size, tag))
+    if known is not None and tuple(known) == (size, tag) and size >= start:
+        return log
+    if size < start:
+        return None
+    if size == start:
+        return log
+    data = reader.range(start, size)
+    whole = data[: data.rfind(b"\n") + 1]
+    log.end_offset = start + len(whole)
+    _parse_lines(log, whole, start, numbered=False)
+    return log
+
+
+_LIGHT_DECODERS: dict[tuple[str, ...], Any] = {}
+
+
+def _parse_fields(log: ProgressLog, data: bytes, fields: tuple[str, ...]) -> None:
+    """:func:`_parse_lines` keeping only ``fields`` (and ``batch_id``) of each record: msgspec
+    decodes them without building the rest (the whole log of a long history in an audit)."""
+    import msgspec
+
+    decoder = _LIGHT_DECODERS.get(fields)
+    if decoder is None:
+        record = msgspec.defstruct("ProgressFields", [("batch_id", int)] + [
+            (name, Any, msgspec.UNSET) for name in fields if name != "batch_id"], omit_defaults=True)
+        decoder = _LIGHT_DECODERS[fields] = (msgspec.json.Decoder(record), record.__struct_fields__)
+    decode, names = decoder
+    unset = msgspec.UNSET
+    for number, line in enumerate(data.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            value = decode.decode(line)
+        except msgspec.ValidationError:
+            problem = "expected a JSON object with an integer batch_id"
+        except msgspec.DecodeError as exc:
+            problem = f"expected one JSON object per line ({exc})"
+        else:
+            log.records.append({name: v for name in names if (v := getattr(value, name)) is not unset})
+            continue
+        log.problems.append(f"{log.location}:{number}: {problem}")
 
 
 def read_progress_tail(location: str, since_batch_id: int, *, query_id: str | None = None,
@@ -217,6 +290,7 @@ def read_progress_tail(location: str, since_batch_id: int, *, query_id: str | No
         end, marker = reader.stat()
     except FileNotFoundError:
         return log
+    log.end_offset, log.marker = end, (end, marker)
     key = (str(location), since_batch_id, query_id, max_bytes, id(filesystem), repr(storage_options))
     with _TAIL_LOCK:
         cached = _TAIL_CACHE.get(key)
@@ -236,6 +310,8 @@ def read_progress_tail(location: str, since_batch_id: int, *, query_id: str | No
         block *= 2
     skipped = 0 if start == 0 else (data.find(b"\n") + 1 if b"\n" in data else len(data))
     log.start_offset = start + skipped
+    if data and not data.endswith(b"\n") and b"\n" in data:  # a last line being written: read it again next time
+        log.end_offset = start + data.rfind(b"\n") + 1
     _parse_lines(log, data[skipped:], log.start_offset, numbered=start == 0)
     log.records = [r for r in log.records if r["batch_id"] >= since_batch_id
                    and (query_id is None or r.get("query_id") in (None, query_id))]
@@ -258,7 +334,8 @@ _TAIL_LOCK = threading.Lock()
 def _copy(log: ProgressLog) -> ProgressLog:
     """A copy the caller may change (the records themselves are shared: read-only)."""
     return ProgressLog(location=log.location, records=list(log.records), problems=list(log.problems),
-                       start_offset=log.start_offset, complete=log.complete)
+                       start_offset=log.start_offset, complete=log.complete, end_offset=log.end_offset,
+                       marker=log.marker)
 
 
 def _precedes(data: bytes, since_batch_id: int, query_id: str | None) -> bool:

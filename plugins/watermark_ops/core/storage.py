@@ -20,6 +20,7 @@ Pure core: imports neither Airflow nor Spark (fsspec only when a location needs 
 from __future__ import annotations
 
 import os
+import stat
 import time
 from typing import Any, Iterable
 
@@ -56,7 +57,7 @@ class _FsspecStorage:
         protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
         self.protocol = protocol
         self.retry_delays: tuple[float, ...] = () if protocol in ("file", "local", "memory") else RETRY_DELAYS_S
-        self.requests = {"list": 0, "get": 0}
+        self.requests = {"list": 0, "get": 0, "head": 0}
 
     def display(self, path: str) -> str:
         """A location a human recognises: a plain path on the local filesystem, else a URL."""
@@ -132,6 +133,49 @@ class _FsspecStorage:
         return _Content(contents, attempts)
 
 
+    def forget(self, *paths: str) -> None:
+        """Drop ``paths`` (folders or files) from the filesystem's listing cache: s3fs answers
+        ``info`` and sizes an opened file from a cached listing, which never expires by default."""
+        for path in paths:
+            try:
+                self.fs.invalidate_cache(path)
+            except Exception:  # noqa: BLE001 - a filesystem without a cache
+                pass
+
+    def stat(self, paths: list[str]) -> dict[str, tuple[int, Any] | Exception]:
+        """``{path: (size in bytes, version tag) | exception}``, fresh (one HEAD each on object
+        storage, concurrently): the tag is the object's content hash where the store gives one
+        (S3's ETag, GCS's md5Hash), else None. Nothing is read."""
+        self.requests["head"] += len(paths)
+
+        def one(path: str) -> tuple[int, Any] | Exception:
+            try:
+                info = self.fs.info(path)
+            except Exception as exc:  # noqa: BLE001 - returned, judged by the caller
+                return exc
+            if info.get("type") == "directory":
+                return IsADirectoryError(path)
+            return int(info.get("size") or 0), _tag(info)
+
+        if len(paths) <= 1 or not self.retry_delays:
+            return {path: one(path) for path in paths}
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=min(MAX_CONCURRENT_READS, len(paths))) as pool:
+            return dict(zip(paths, pool.map(one, paths)))
+
+
+def _tag(info: dict[str, Any]) -> Any:
+    """A file's version tag from an fsspec ``info``: its content hash where the store gives one
+    (S3's ETag, GCS's md5Hash), else None: a modification time changes when the same bytes are
+    written again, which is no change of the file."""
+    for key in ("ETag", "md5Hash", "etag"):
+        value = info.get(key)
+        if value is not None:
+            return value if isinstance(value, (int, float, str)) else str(value)
+    return None
+
+
 def _one_request(fs: Any) -> dict[str, Any]:
     """``cat_file`` keywords that make one small object one request: s3fs (2024.12+) asks for the
     size first (a HEAD, and a LIST when the object is missing) to split large objects into
@@ -178,10 +222,26 @@ class _LocalStorage:
     retry_delays: tuple[float, ...] = ()
 
     def __init__(self) -> None:
-        self.requests = {"list": 0, "get": 0}
+        self.requests = {"list": 0, "get": 0, "head": 0}
 
     def display(self, path: str) -> str:
         return path
+
+    def forget(self, *paths: str) -> None:
+        """Nothing to forget: ``os`` keeps no listing cache."""
+
+    def stat(self, paths: list[str]) -> dict[str, tuple[int, Any] | Exception]:
+        """``{path: (size in bytes, None) | exception}`` (``os.stat``: a local file has no content hash)."""
+        self.requests["head"] += len(paths)
+        out: dict[str, tuple[int, Any] | Exception] = {}
+        for path in paths:
+            try:
+                st = os.stat(path)
+            except OSError as exc:
+                out[path] = exc
+                continue
+            out[path] = IsADirectoryError(path) if stat.S_ISDIR(st.st_mode) else (st.st_size, None)
+        return out
 
     def listing(self, path: str) -> dict[str, str]:
         self.requests["list"] += 1
