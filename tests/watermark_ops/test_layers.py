@@ -1,4 +1,5 @@
-"""The package's layers: the core is pure, each layer imports only the layers below it, no cycles.
+"""The package's layers: the core is pure, each layer imports only the layers below it, no cycles,
+no module over 600 lines.
 
 Read from the source (every ``import`` statement, module level or inside a function), plus one
 real interpreter that imports the whole core and the rendering layer and lists what came with them.
@@ -39,6 +40,9 @@ ALLOWED_MODULES = {
     "examples": {"watermark_ops.spark.connect"},
 }
 FORBIDDEN_IN_CORE = ("airflow", "pyspark", "argparse", "rich")
+#: The most lines a module of the package may have (the example pipeline aside): a room a
+#: newcomer can hold; a longer one is split by concept.
+MAX_MODULE_LINES = 600
 #: The only layer that may import pyspark (the Spark provider 6.x installs only pyspark-client).
 SPARK_LAYER = "spark"
 
@@ -147,3 +151,16 @@ def test_generic_modules_never_import_the_example():
                  if _layer(_module_name(path)) != "examples"
                  for name in _imports(path) if name.split(".")[:2] == ["watermark_ops", "examples"]]
     assert offending == []
+
+
+def test_no_module_is_longer_than_600_lines():
+    """Every module of the package (outside ``examples/``) at most :data:`MAX_MODULE_LINES` lines."""
+    long = {}
+    for path in PACKAGE.rglob("*.py"):
+        relative = path.relative_to(PACKAGE)
+        if relative.parts[0] == "examples":
+            continue
+        lines = len(path.read_text().splitlines())
+        if lines > MAX_MODULE_LINES:
+            long[relative.as_posix()] = lines
+    assert long == {}

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import sys
+import threading
 from typing import Any, Iterable
 
 from watermark_ops.core.memory import RememberedHead, memory_key
@@ -55,6 +56,11 @@ TAIL_KEY_PREFIX = "watermark_tail:"
 
 #: Airflow's ``asset_state_store.key`` column is ``String(512)``.
 MAX_KEY_LENGTH = 512
+
+#: One call to the asset state store at a time in this process: a task's calls go through its
+#: one channel to the supervisor anyway, and ``dag.test()``'s in-process supervisor is not
+#: thread-safe (the monitor evaluates checkpoints in threads).
+_STORE_LOCK = threading.Lock()
 
 
 def state_store_key(prefix: str, location: str) -> str:
@@ -165,7 +171,8 @@ class AssetStateStoreMemory:
         if self.store is None:
             return None
         key = self.key(location)
-        value = self.store.get(key, default=None)
+        with _STORE_LOCK:
+            value = self.store.get(key, default=None)
         return None if value is None else RememberedHead.from_dict(value, f"asset state store key {key!r}")
 
     def save(self, location: str, head: RememberedHead) -> None:
@@ -177,29 +184,34 @@ class AssetStateStoreMemory:
         """
         if self.store is None:
             raise ValueError("this memory keeps no audit heads (no store given)")
-        self.store.set(self.key(location), head.keeping_acceptance(self.load(location)).to_dict())
+        value = head.keeping_acceptance(self.load(location)).to_dict()
+        with _STORE_LOCK:
+            self.store.set(self.key(location), value)
 
     def load_view_entry(self, location: str) -> Any:
         """The view stored for ``location`` (``View.to_dict()``), else the sensors' tail of an
         earlier version (``watermark_tail:``, read as a view; deleted at the next save), else None."""
         if self.views is None:
             return None
-        value = self.views.get(self.view_key(location), default=None)
-        if value is None:
-            value = self.views.get(state_store_key(TAIL_KEY_PREFIX, location), default=None)
-            if value is not None:
-                self._legacy.add(location)
+        with _STORE_LOCK:
+            value = self.views.get(self.view_key(location), default=None)
+            if value is None:
+                value = self.views.get(state_store_key(TAIL_KEY_PREFIX, location), default=None)
+                if value is not None:
+                    self._legacy.add(location)
         return value
 
     def save_view_entry(self, location: str, view: Any) -> None:
         """Keep ``view`` for ``location`` (one ``set``); a tail of an earlier version is then deleted."""
-        self.views.set(self.view_key(location), view.to_dict())
-        if location in self._legacy:
-            self._legacy.discard(location)
-            try:
-                self.views.delete(state_store_key(TAIL_KEY_PREFIX, location))
-            except Exception:  # noqa: BLE001 - an accessor without delete: the old key stays, unread
-                pass
+        value = view.to_dict()
+        with _STORE_LOCK:
+            self.views.set(self.view_key(location), value)
+            if location in self._legacy:
+                self._legacy.discard(location)
+                try:
+                    self.views.delete(state_store_key(TAIL_KEY_PREFIX, location))
+                except Exception:  # noqa: BLE001 - an accessor without delete: the old key stays, unread
+                    pass
 
 
 class TailMemory(AssetStateStoreMemory):

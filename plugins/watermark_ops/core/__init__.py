@@ -10,15 +10,23 @@ Modules, in the order data flows through them::
     log_formats  Spark's offset log, commit log and metadata formats, parsed from bytes
     checkpoint   read a checkpoint folder through fsspec -> Checkpoint (batches + problems)
     progress     the jobs' progress logs (<checkpoint>.progress.jsonl) -> records, run summaries
-    memory       the audit's memory across restarts (interface + JSON state file)
+    snapshot     one read of a checkpoint (logs, progress tail, state metadata when needed) -> Snapshot
+    memory       what is remembered of a checkpoint: the audit's head, the store interface, the JSON state file
+    view         the remembered view of a checkpoint (window, audited boundary and findings, progress
+                 position, state metadata, accepted reset), its JSON form, where it is kept
+    advance      the one function that moves a view on: probe offsets/<head+1> by name, read only what is new
     rules        the audit rules: batch records -> findings
-    audit        run every rule -> AuditReport
+    findings     every rule that needs no memory, their order; a view's audit moved on by new batches
+    audit        run every rule -> AuditReport (from the remembered view: the new batches only)
     status       the head of a checkpoint -> CheckpointStatus
     thresholds   the stall thresholds
     facts        per-batch facts for the stall classification
     partition_skew  event-time skew between partitions (origins): newest event time, leader, gaps
-    tail         follow the newest batches from poke to poke by name (no listing): a constant cost per poke
-    stall        classify the watermark: advancing, idle, stalled, lagging, jumped (+ partition skew warnings)
+    evidence     whether a query has an event-time watermark at all
+    reasons      the classification's sentences and a stall's likely causes
+    classification  the stall classification, a pure function of one read
+    tail         the sensors' tail of earlier versions: now a view followed over the logs alone
+    stall        read, then classify the watermark: advancing, idle, stalled, lagging, jumped
     checks       the one evaluation sensors and triggers share (done, wait, fail, skip)
     lateness     rows dropped per run, observed lateness, delay-threshold advice
     source_log   the file source's log (sources/<i>, compact files): the files each log offset added
@@ -26,7 +34,7 @@ Modules, in the order data flows through them::
     partitions   event-time partitions (days in a time zone, UTC hours) closed by the emitted-through
                  watermark, and the memory that announces each once
     overview     what the watermark pages show: overview rows (problems first, paged), a checkpoint's detail
-    overview_cache  overview rows that read only what changed since the last look, one shared evaluation
+    overview_cache  overview rows from remembered views, one shared evaluation for every viewer
 """
 
 from __future__ import annotations
@@ -47,13 +55,15 @@ _HOMES = {
     "ReadProblem": "log_formats",
     "PartitionSkew": "partition_skew",
     "AuditMemory": "memory", "MemoryFormatError": "memory", "RememberedHead": "memory", "StateFileMemory": "memory",
+    "View": "view", "load_view": "view", "save_view": "view", "advance": "advance",
+    "Snapshot": "snapshot", "read_snapshot": "snapshot",
     "AnnouncedPartitions": "partitions", "Partition": "partitions", "PartitionMemoryError": "partitions",
     "closed_partitions": "partitions", "newly_closed": "partitions", "partition_of": "partitions",
     "ProgressLog": "progress", "progress_log_path": "progress", "read_progress_log": "progress",
     "run_report": "progress",
     "RULES": "rules", "Finding": "rules",
     "STATES": "stall", "CheckpointMissing": "stall", "Classification": "stall", "StallInputError": "stall",
-    "classify": "stall", "evaluate": "stall", "evaluate_tail": "stall",
+    "classify": "stall", "evaluate": "stall", "evaluate_tail": "stall", "classify_snapshot": "stall",
     "Tail": "tail", "follow": "tail",
     "CheckpointStatus": "status",
     "DEFAULT_THRESHOLDS": "thresholds", "Thresholds": "thresholds",
@@ -98,11 +108,15 @@ __all__ = [
     "ProgressLog",
     "ReadProblem",
     "RememberedHead",
+    "Snapshot",
     "StallInputError",
     "StateFileMemory",
     "Thresholds",
+    "View",
+    "advance",
     "check",
     "classify",
+    "classify_snapshot",
     "closed_partitions",
     "duration",
     "evaluate",
@@ -110,13 +124,16 @@ __all__ = [
     "iso_utc",
     "late_ledger",
     "lateness_report",
+    "load_view",
     "newly_closed",
     "partition_of",
     "progress_log_path",
     "read_checkpoint",
     "read_progress_log",
+    "read_snapshot",
     "reconcile_run",
     "run_audit",
     "run_report",
+    "save_view",
     "write_late_rows",
 ]

@@ -43,9 +43,10 @@ Pure core: imports neither Airflow nor Spark. Times are epoch ms UTC.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from typing import Any
 
 from watermark_ops.core.checkpoint import Batch, Checkpoint, _parse, _read_sized
+from watermark_ops.core.findings import _async_record, audit_new, depends_on_head
 from watermark_ops.core.log_formats import LogFileError, ReadProblem, parse_commit, parse_metadata, parse_offsets
 from watermark_ops.core.storage import _resolve
 from watermark_ops.core.view import Audited, ProgressPosition, View, _boundary, _log_of, _window
@@ -141,7 +142,7 @@ def _usable(view: View | None, shown: str, newest: int, audit: bool) -> bool:
         return False
     window = view.window
     head = window.head_batch_id
-    if head is None or window.metadata_file is None or window.batch(head).offsets is None:
+    if head is None or window.metadata_file is None:
         return False
     # A problem outside the batch files (an unlistable folder, a missing checkpoint) is only
     # checked again by reading everything.
@@ -181,15 +182,20 @@ def _read_again(reading: _Reading, remembered: Any) -> View:
         position, whole = _progress_read(reading, window, whole=False)
     audited = None
     if reading.audit:
-        from watermark_ops.core.findings import log_findings
+        from watermark_ops.core.findings import log_findings, watermark_high
 
-        findings = tuple(log_findings(checkpoint, whole))
+        reported: dict[tuple[Any, str], int] = {}
+        findings = tuple(log_findings(checkpoint, whole, reported=reported))
         boundary = _boundary(checkpoint)
+        upto = [] if boundary is None else [b for b in checkpoint.batches if b.batch_id <= boundary]
         audited = Audited(boundary=boundary,
                           boundary_batch=checkpoint.batch(boundary) if boundary is not None else None,
                           final=tuple(f for f in findings if f.batch_id is not None and boundary is not None
                                       and f.batch_id <= boundary),
-                          findings=findings, async_tracking=_async(whole.records if whole else ()))
+                          findings=findings, async_tracking=any(_async_record(r) for r in (whole.records if whole else ())),
+                          highest=watermark_high(upto),
+                          conf_seen=tuple(pair for pair, batch in reported.items()
+                                          if boundary is not None and batch <= boundary))
     files = sum(int(b.offsets_file is not None) + int(b.committed) for b in checkpoint.batches)
     r = storage.requests
     return View(location=checkpoint.location, query_id=checkpoint.query_id, newest=reading.newest, window=window,
@@ -199,16 +205,6 @@ def _read_again(reading: _Reading, remembered: Any) -> View:
                        "requests": r["list"] + r["get"] + r["head"] + reading.progress_requests},
                 requests=reading.counts(listed=True), fresh=checkpoint if reading.audit else None,
                 added=checkpoint.batches)
-
-
-def _async(records: Any) -> bool:
-    from watermark_ops.core.rules import ASYNC_PROGRESS_TRACKING
-
-    for record in records or ():
-        conf = record.get("requested_conf") if isinstance(record, dict) else None
-        if isinstance(conf, dict) and str(conf.get(ASYNC_PROGRESS_TRACKING, "")).strip().lower() == "true":
-            return True
-    return False
 
 
 # --------------------------------------------------------------------------------------------
@@ -430,12 +426,17 @@ def _moved(reading: _Reading, view: View, looked: _Looked) -> View:
     position = _progress_follow(reading, view, new_window, changed=True)
     above = [b for b in ordered if boundary is None or b.batch_id > boundary]
     audited = view.audit
-    if audited is not None and (looked.changed_final or position is None):
-        if reading.audit:
-            return _read_again(reading, view.remembered)  # a final file read differently: audit it whole
-        audited = None  # without the progress log (or with a final file changed) the audit is not kept
     if audited is not None:
-        audited = _audit_new(audited, new_window, above, problems, looked, position, boundary)
+        whole = looked.changed_final or position is None or any(depends_on_head(f) for f in audited.findings)
+        audited = None if whole else audit_new(audited, new_window, above, problems, batches=looked.batches,
+                                               purged_below=looked.lowest if looked.unread is not None else None,
+                                               progress_path=position.path, records=position.records or (),
+                                               boundary=boundary)
+        if audited is None:
+            if reading.audit:  # what was final may read differently now: audit everything again
+                return _read_again(reading, view.remembered)
+            # without the progress log, with a final file changed, or findings that depend on the
+            # head or the lowest batch, the audit is not kept (the next audit reads everything)
     same_head = new_window.head_batch_id == head
     return replace(view, query_id=looked.query_id, newest=reading.newest, window=new_window,
                    head_size=looked.head_size if same_head else looked.new_head_size,
@@ -444,43 +445,6 @@ def _moved(reading: _Reading, view: View, looked: _Looked) -> View:
                    reads={"mode": "incremental", "batch_files": looked.batch_files,
                           "requests": r["list"] + r["get"] + r["head"] + reading.progress_requests},
                    requests=reading.counts(listed=looked.unread is not None), fresh=None, added=tuple(above))
-
-
-def _sorted(findings: Sequence[Any]) -> tuple[Any, ...]:
-    from watermark_ops.core.findings import sort_findings
-
-    return sort_findings(findings)
-
-
-def _audit_new(audited: Audited, window: Checkpoint, above: list[Batch], problems: list[ReadProblem],
-               looked: _Looked, position: ProgressPosition, boundary: int | None) -> Audited:
-    """The audit after new batches: they are audited with the boundary batch before them, and
-    their findings added to the final ones (:mod:`watermark_ops.core.audit`)."""
-    from watermark_ops.core.findings import log_findings
-    from watermark_ops.core.progress import ProgressLog
-    from watermark_ops.core.rules import ASYNC_PROGRESS_TRACKING
-
-    ids = {b.batch_id for b in above}
-    since = boundary + 1 if boundary is not None else 0
-    records = [r for r in (position.records or ()) if r["batch_id"] >= since]
-    tracking = audited.async_tracking or _async(records)
-    marker = [{"batch_id": -1, "requested_conf": {ASYNC_PROGRESS_TRACKING: "true"}}] if tracking else []
-    checked = Checkpoint(location=window.location, query_id=window.query_id,
-                         batches=tuple(([audited.boundary_batch] if audited.boundary_batch is not None else []) + above),
-                         problems=tuple(p for p in problems if p.batch_id in ids), has_commit_log=window.has_commit_log,
-                         metadata_file=window.metadata_file)
-    found = log_findings(checked, ProgressLog(location=position.path, records=records + marker))
-    added = [f for f in found if f.batch_id is None or boundary is None or f.batch_id > boundary]
-    kept = [f for f in audited.final if looked.unread is None or f.batch_id is None or f.batch_id >= looked.lowest]
-    findings = _sorted(kept + added)
-    new_boundary = _boundary(window) if window.batches else boundary
-    if new_boundary is None or (boundary is not None and new_boundary < boundary):
-        new_boundary = boundary
-    boundary_batch = looked.batches.get(new_boundary, audited.boundary_batch) if new_boundary is not None else None
-    return Audited(boundary=new_boundary, boundary_batch=boundary_batch,
-                   final=tuple(f for f in findings if f.batch_id is not None and new_boundary is not None
-                               and f.batch_id <= new_boundary),
-                   findings=findings, async_tracking=tracking)
 
 
 # --------------------------------------------------------------------------------------------

@@ -194,11 +194,15 @@ def _finding(rule: str, batch_id: int | None, file: str | None, message: str, se
 # Rules over records
 
 
-def watermark_regressed(records: Sequence[BatchRecord]) -> list[Finding]:
-    """Steps down along ``offsets[N].wm, commits[N].next, offsets[N+1].wm, ...`` (unknown values skipped)."""
+def watermark_regressed(records: Sequence[BatchRecord], highest: tuple[int, str] | None = None) -> list[Finding]:
+    """Steps down along ``offsets[N].wm, commits[N].next, offsets[N+1].wm, ...`` (unknown values skipped).
+
+    :param highest: ``(value, "offsets/N" | "commits/N")``: the highest value of the batches before
+        ``records`` and where it was first seen (an audit of the new batches only, with the batch
+        before them first, names the same place as a full one).
+    """
     findings = []
     previous: tuple[int, str] | None = None  # (value, "offsets/N" or "commits/N")
-    highest: tuple[int, str] | None = None
     for record in records:
         for value, log_name, file in ((record.watermark_ms, "offsets", record.offsets_file),
                                       (record.next_watermark_ms, "commits", record.commit_file)):
@@ -363,16 +367,20 @@ def conf_changed(records: Sequence[BatchRecord]) -> list[Finding]:
 
 
 def conf_requested_but_frozen(records: Sequence[BatchRecord], progress_records: Iterable[dict[str, Any]],
-                              progress_file: str | None, query_id: str | None) -> list[Finding]:
+                              progress_file: str | None, query_id: str | None, *,
+                              seen: Iterable[tuple[Any, str]] = (),
+                              reported: dict[tuple[Any, str], int] | None = None) -> list[Finding]:
     """``conf_changed`` for runs whose requested conf the checkpoint overrode (one per run and key).
 
     :param progress_records: the job's progress-log records (``batch_id``, ``run_id``,
         ``query_id``, ``requested_conf``; see ``watermark_ops.spark.driver``).
     :param progress_file: the progress log's location, named in the findings.
     :param query_id: the checkpoint's query id; records of other queries are ignored.
+    :param seen: ``(run id, conf key)`` pairs already reported (by an audit of the earlier batches).
+    :param reported: filled with ``{(run id, conf key): batch id}`` of each finding made.
     """
     by_id = {r.batch_id: r for r in records if r.conf}
-    findings, seen = [], set()
+    findings, seen = [], set(seen)
     for progress in progress_records:
         record = by_id.get(progress.get("batch_id"))
         requested = progress.get("requested_conf") or {}
@@ -383,6 +391,8 @@ def conf_requested_but_frozen(records: Sequence[BatchRecord], progress_records: 
         for key in sorted(set(requested) & set(record.conf)):
             if str(requested[key]) != str(record.conf[key]) and (progress.get("run_id"), key) not in seen:
                 seen.add((progress.get("run_id"), key))
+                if reported is not None:
+                    reported[(progress.get("run_id"), key)] = record.batch_id
                 findings.append(_finding(
                     "conf_changed", record.batch_id, progress_file,
                     f"the run starting at batch {record.batch_id} asked for {key}={requested[key]!r}, but the "

@@ -42,7 +42,7 @@ JSON (:meth:`View.to_dict`, format 2)::
     {"format": 2, "location", "query_id", "newest",
      "checkpoint": {... the window, each distinct conf once ...}, "head_size": int | null,
      "audit": {"boundary", "boundary_batch", "final": [Finding], "findings": [Finding],
-               "async_tracking": bool} | null,
+               "async_tracking": bool, "highest": [ms, "offsets/N"] | null, "conf_seen": [[run, key]]} | null,
      "progress": {"path", "found": bool, "end": bytes read} | null,
      "state": {"metadata": StateMetadata.to_dict() | null, "problems": [str]} | null}
 
@@ -91,6 +91,9 @@ class Audited:
     :ivar findings: every finding of the last look (``final``, the newer batches', those about the
         whole checkpoint), sorted as :func:`watermark_ops.core.audit.audit_checkpoint` sorts them.
     :ivar async_tracking: a progress record asked for async progress tracking (kept for the rules).
+    :ivar highest: the highest watermark of the offset and commit logs up to ``boundary`` and where
+        it was first seen (``(ms, "offsets/N")``): the rules name it when the watermark goes back.
+    :ivar conf_seen: the ``(run id, conf key)`` pairs a finding already reported up to ``boundary``.
     """
 
     boundary: int | None
@@ -98,6 +101,8 @@ class Audited:
     final: tuple[Finding, ...] = ()
     findings: tuple[Finding, ...] = ()
     async_tracking: bool = False
+    highest: tuple[int, str] | None = None
+    conf_seen: tuple[tuple[Any, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -188,7 +193,9 @@ class View:
                             "boundary_batch": None if a.boundary_batch is None
                             else _batch_dict(a.boundary_batch, self.window.location, confs),
                             "final": [f.to_dict() for f in a.final], "findings": [f.to_dict() for f in a.findings],
-                            "async_tracking": a.async_tracking}
+                            "async_tracking": a.async_tracking,
+                            "highest": None if a.highest is None else list(a.highest),
+                            "conf_seen": [list(pair) for pair in a.conf_seen]}
         if self.progress is not None:
             out["progress"] = {"path": self.progress.path, "found": self.progress.found, "end": self.progress.end}
         if self.state is not None:
@@ -219,7 +226,9 @@ class View:
                 audit = Audited(boundary=a["boundary"], boundary_batch=boundary_batch,
                                 final=tuple(_finding(f) for f in a["final"]),
                                 findings=tuple(_finding(f) for f in a["findings"]),
-                                async_tracking=bool(a.get("async_tracking")))
+                                async_tracking=bool(a.get("async_tracking")),
+                                highest=None if a.get("highest") is None else (int(a["highest"][0]), str(a["highest"][1])),
+                                conf_seen=tuple((pair[0], pair[1]) for pair in a.get("conf_seen") or ()))
             if value.get("progress") is not None:
                 p = value["progress"]
                 progress = ProgressPosition(path=str(p["path"]), found=bool(p["found"]), end=int(p["end"]))

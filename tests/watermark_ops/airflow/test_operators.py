@@ -32,6 +32,9 @@ DAG_FILE = textwrap.dedent('''
         WatermarkAuditOperator(task_id="audit", checkpoint="{{ params.checkpoint }}", soft=True,
                                memory_asset=Asset(name="wo_test_soft_memory"), retries=2)
 
+    with DAG("wo_test_audit_full", schedule=None, start_date=START, params=PARAMS):
+        WatermarkAuditOperator(task_id="audit", checkpoint="{{ params.checkpoint }}", full=True)
+
     with DAG("wo_test_audit_accept", schedule=None, start_date=START, params={"checkpoint": "", "accept_reset": ""}):
         WatermarkAuditOperator(task_id="audit", checkpoint="{{ params.checkpoint }}",
                                accept_reset="{{ params.accept_reset }}", memory_asset=Asset(name="wo_test_accept_memory"))
@@ -107,6 +110,30 @@ def test_audit_remembers_in_the_asset_state_store_and_a_rewind_fails_without_ret
     assert [(f["rule"], f["batch_id"]) for f in report["findings"]] == [("rewound", 4)]
     assert report["remembered"]["head_batch_id"] == 6
     assert stored(AUDIT_MEMORY_ASSET.name, f"watermark_audit:{checkpoint}")["head_batch_id"] == 4
+
+
+def test_an_audit_after_a_run_reads_the_new_batches_only_and_full_reads_everything(test_dags, tmp_path):
+    """The remembered view on the registry asset: the second audit reads the run's two new batches
+    (four files) and says so; ``full=True`` reads every file again and finds the same."""
+    from watermark_ops.airflow.registry import CHECKPOINT_REGISTRY
+
+    root = tmp_path / "cp"
+    base = 1_357_000_000_000
+    cf.handmade_checkpoint(str(root), [(base + i * 60_000, base + (i + 1) * 60_000) for i in range(3)])
+    strict, full = test_dags["wo_test_audit_strict"], test_dags["wo_test_audit_full"]
+    state, _, first = outcome(strict.test(run_conf={"checkpoint": str(root)}))
+    assert state == "success" and first["reads"]["mode"] == "full"
+    assert stored(CHECKPOINT_REGISTRY.name, f"watermark_view:{root}")["checkpoint"]["batches"][-1]["id"] == 2
+    for i in (3, 4):  # a run: two more batches
+        cf.put(str(root), f"offsets/{i}", cf.offsets_text(base + i * 60_000, 1_700_000_000_000 + i * 60_000))
+        cf.put(str(root), f"commits/{i}", cf.commit_text(base + (i + 1) * 60_000))
+    state, _, after = outcome(strict.test(run_conf={"checkpoint": str(root)}))
+    assert state == "success" and after["reads"]["mode"] == "incremental"
+    assert (after["reads"]["new_batches"], after["reads"]["batch_files"]) == (2, 4)
+    assert after["added_batches"] == {"first": 3, "last": 4, "count": 2}
+    state, _, again = outcome(full.test(run_conf={"checkpoint": str(root)}))
+    assert state == "success" and again["reads"]["mode"] == "full" and again["reads"]["batch_files"] == 10
+    assert again["findings"] == after["findings"] == [] and again["head_batch_id"] == after["head_batch_id"] == 4
 
 
 def test_unreadable_checkpoint_fails_with_retries(test_dags, tmp_path):
@@ -197,8 +224,10 @@ def test_the_demo_s_fresh_start_forgets_the_deleted_checkpoints_memories(test_da
     plugins = str(Path(watermark_ops.__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": plugins + os.pathsep + os.environ.get("PYTHONPATH", "")}
     code, summary = demo.forget_remembered(deleted, env, tmp_path / "demo.log")
-    assert (code, summary) == (0, "1 remembered entries forgotten for 2 checkpoint(s)")
+    # the audit's head and the checkpoint's remembered view (on the registry, shared with the sensors)
+    assert (code, summary) == (0, "2 remembered entries forgotten for 2 checkpoint(s)")
     assert f"forgot watermark_audit:{checkpoint} (asset wo_test_soft_memory)" in (tmp_path / "demo.log").read_text()
+    assert f"forgot watermark_view:{checkpoint} (asset watermark_ops_checkpoints)" in (tmp_path / "demo.log").read_text()
     assert stored("wo_test_soft_memory", f"watermark_audit:{checkpoint}") is None
 
     # The new query's first audit: no checkpoint_reset, a new memory.

@@ -86,10 +86,10 @@ def test_the_ui_cookie_is_enough(client):
     ("/watermark-ops/checkpoints/test/escape", 404),
 ])
 def test_paths_that_escape_the_roots_are_refused(client, ui, raw_path, status, monkeypatch):
-    import watermark_ops.core.overview as overview
+    import watermark_ops.core.snapshot as snapshot  # where the pages read a checkpoint (one read, then judged)
 
     read = []
-    monkeypatch.setattr(overview, "read_checkpoint", lambda *a, **k: read.append(a) or pytest.fail("read"))
+    monkeypatch.setattr(snapshot, "read_checkpoint", lambda *a, **k: read.append(a) or pytest.fail("read"))
     reply = client.get(raw_path)
     assert reply.status_code == status, reply.text
     assert read == []
