@@ -21,7 +21,7 @@ from typing import Any
 from watermark_ops.core.checkpoint import Checkpoint
 from watermark_ops.core.memory import AuditMemory, RememberedHead
 from watermark_ops.core.progress import ProgressLog
-from watermark_ops.core.findings import log_findings, log_rules, sort_findings, with_memory  # noqa: F401
+from watermark_ops.core.findings import batch_records, log_findings, log_rules, sort_findings, with_memory  # noqa: F401
 from watermark_ops.core.rules import ERROR, BatchRecord, Finding, memory_rules, unreadable
 from watermark_ops.core.times import iso_utc
 
@@ -127,7 +127,7 @@ def audit_checkpoint(checkpoint: Checkpoint, remembered: RememberedHead | None =
     :param now_ms: the audit instant (epoch ms UTC), default now.
     :param progress: the job's progress log (:class:`watermark_ops.core.progress.ProgressLog`), or None.
     """
-    records = tuple(BatchRecord.from_batch(b) for b in checkpoint.batches)
+    records = batch_records(checkpoint)
     memory = memory_rules(records, remembered, query_id=checkpoint.query_id, head_batch_id=checkpoint.head_batch_id,
                           location=checkpoint.location)
     findings = sort_findings([*unreadable(checkpoint.problems), *memory, *log_rules(records, checkpoint, progress)])
@@ -197,7 +197,7 @@ def run_audit(location: Any, memory: AuditMemory | None = None, *, storage_optio
             view = advance(location, previous, newest=newest, audit=True, state=False, full=True, **where)
             known = _known(view)
     checkpoint = view.fresh or view.window
-    records = tuple(BatchRecord.from_batch(b) for b in known)
+    records = batch_records(view.fresh) if view.fresh is not None else tuple(BatchRecord.from_batch(b) for b in known)
     memory_findings = memory_rules(records, remembered, query_id=checkpoint.query_id,
                                    head_batch_id=checkpoint.head_batch_id, location=checkpoint.location)
     findings = with_memory(view.findings, memory_findings)

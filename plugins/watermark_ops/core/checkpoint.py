@@ -191,11 +191,13 @@ class Checkpoint:
         """The :class:`Batch` with this id, or None."""
         return self._by_id.get(batch_id)
 
-    @property
+    @cached_property
     def head_batch_id(self) -> int | None:
         """The latest batch id that has an offsets file (``offsetLog.getLatest``), None if none."""
-        ids = [b.batch_id for b in self.batches if b.offsets_file is not None]
-        return max(ids) if ids else None
+        for b in reversed(self.batches):  # ascending batch ids
+            if b.offsets_file is not None:
+                return b.batch_id
+        return None
 
     @property
     def in_flight_batch_id(self) -> int | None:

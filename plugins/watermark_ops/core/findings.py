@@ -35,7 +35,7 @@ from watermark_ops.core.rules import (
 )
 from watermark_ops.core.view import Audited
 
-__all__ = ["audit_new", "depends_on_head", "log_findings", "log_rules", "sort_findings", "watermark_high",
+__all__ = ["audit_new", "batch_records", "depends_on_head", "log_findings", "log_rules", "sort_findings", "watermark_high",
            "with_memory"]
 
 _ORDER = {ERROR: 0, WARNING: 1, INFO: 2}
@@ -59,10 +59,20 @@ def log_findings(checkpoint: Checkpoint, progress: ProgressLog | None = None, *,
         (:func:`watermark_high`), the (run, conf key) pairs already reported.
     :param reported: filled with the (run, conf key) pairs reported now, and their batch ids.
     """
-    records = tuple(BatchRecord.from_batch(b) for b in checkpoint.batches)
+    records = batch_records(checkpoint)
     return sort_findings([*unreadable(checkpoint.problems),
                           *log_rules(records, checkpoint, progress, highest=highest, conf_seen=conf_seen,
                                      reported=reported)])
+
+
+def batch_records(checkpoint: Checkpoint) -> tuple[BatchRecord, ...]:
+    """The rules' records of a checkpoint's batches (built once per checkpoint value: an audit of
+    10,000 batches uses them for every rule and the report)."""
+    records = checkpoint.__dict__.get("_batch_records")
+    if records is None:
+        records = tuple(BatchRecord.from_batch(b) for b in checkpoint.batches)
+        checkpoint.__dict__["_batch_records"] = records  # a memo beside the frozen fields, not one of them
+    return records
 
 
 def watermark_high(batches: Iterable[Any], highest: tuple[int, str] | None = None) -> tuple[int, str] | None:

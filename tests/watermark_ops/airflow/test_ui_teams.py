@@ -166,14 +166,14 @@ def test_each_team_sees_only_its_own_rows(teams):
     ("guest", [], ["alpha-orders", "beta-orders", "shared", "unclaimed"]),
 ])
 def test_a_checkpoint_page_of_another_team_is_403_before_it_is_read(teams, user, allowed, refused, monkeypatch):
-    import watermark_ops.core.overview as overview
+    import watermark_ops.core.snapshot as snapshot  # where the pages read a checkpoint (one read, then judged)
 
     client = teams[0][user]
     for name in allowed:
         assert client.get(f"{PREFIX}/api/checkpoints/teams/{name}").json()["audit"]["status"] == "ok"
         assert client.get(f"{PREFIX}/checkpoints/teams/{name}").status_code == 200
     read = []
-    monkeypatch.setattr(overview, "read_checkpoint", lambda *a, **k: read.append(a) or pytest.fail("read"))
+    monkeypatch.setattr(snapshot, "read_checkpoint", lambda *a, **k: read.append(a) or pytest.fail("read"))
     for name in refused:
         reply = client.get(f"{PREFIX}/api/checkpoints/teams/{name}")
         assert reply.status_code == 403 and "not shown to this user" in reply.json()["detail"]
