@@ -42,11 +42,13 @@ Pure core: imports neither Airflow nor Spark. Times are epoch ms UTC.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Iterator
 
 from watermark_ops.core.checkpoint import Batch, Checkpoint, _parse, _read_sized
-from watermark_ops.core.findings import _async_record, audit_new, depends_on_head
+from watermark_ops.core.findings import audit_new, batch_records, depends_on_head
 from watermark_ops.core.log_formats import LogFileError, ReadProblem, parse_commit, parse_metadata, parse_offsets
 from watermark_ops.core.storage import _resolve
 from watermark_ops.core.view import Audited, ProgressPosition, View, _boundary, _log_of, _window
@@ -155,6 +157,26 @@ def _usable(view: View | None, shown: str, newest: int, audit: bool) -> bool:
 
 def _read_again(reading: _Reading, remembered: Any) -> View:
     """A full read (with an audit) or a bounded read of the newest batches, and the progress log."""
+    with _collector_paused():
+        return _read_all(reading, remembered)
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector paused while a whole checkpoint is read and judged: the
+    read builds a few objects per batch (100,000 for 10,000 batches) and no reference cycle, and
+    each collection the allocations trigger walks every object built so far (a tenth of a
+    terminal audit's time)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _read_all(reading: _Reading, remembered: Any) -> View:
     storage, root = reading.storage, reading.root
     storage.forget(root, f"{root}/offsets", f"{root}/commits")
     if reading.audit and storage.retry_delays and reading.progress_path is not None:
@@ -187,13 +209,15 @@ def _read_again(reading: _Reading, remembered: Any) -> View:
         reported: dict[tuple[Any, str], int] = {}
         findings = tuple(log_findings(checkpoint, whole, reported=reported))
         boundary = _boundary(checkpoint)
-        upto = [] if boundary is None else [b for b in checkpoint.batches if b.batch_id <= boundary]
+        upto = [] if boundary is None else [b for b in checkpoint.batches if b.batch_id <= boundary]  # a prefix
         audited = Audited(boundary=boundary,
                           boundary_batch=checkpoint.batch(boundary) if boundary is not None else None,
                           final=tuple(f for f in findings if f.batch_id is not None and boundary is not None
                                       and f.batch_id <= boundary),
-                          findings=findings, async_tracking=any(_async_record(r) for r in (whole.records if whole else ())),
-                          highest=watermark_high(upto),
+                          # async progress tracking only excuses a hole below the head: new batches read
+                          # by name have none (a gap reads everything again), so it is not looked for here
+                          findings=findings, async_tracking=False,
+                          highest=watermark_high(batch_records(checkpoint)[:len(upto)]),
                           conf_seen=tuple(pair for pair, batch in reported.items()
                                           if boundary is not None and batch <= boundary))
     files = sum(int(b.offsets_file is not None) + int(b.committed) for b in checkpoint.batches)

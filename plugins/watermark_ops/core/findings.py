@@ -75,17 +75,17 @@ def batch_records(checkpoint: Checkpoint) -> tuple[BatchRecord, ...]:
     return records
 
 
-def watermark_high(batches: Iterable[Any], highest: tuple[int, str] | None = None) -> tuple[int, str] | None:
-    """The highest value of the chain ``offsets[N].wm, commits[N].next, ...`` of ``batches`` (from
+def watermark_high(records: Iterable[BatchRecord], highest: tuple[int, str] | None = None) -> tuple[int, str] | None:
+    """The highest value of the chain ``offsets[N].wm, commits[N].next, ...`` of ``records`` (from
     ``highest`` on) and where it was first seen (``"offsets/N"`` or ``"commits/N"``), as
     :func:`~watermark_ops.core.rules.watermark_regressed` names it."""
-    for batch in batches:
-        commit = batch.commit
-        for value, log_name in ((batch.watermark_ms, "offsets"),
-                                (commit.next_watermark_ms if commit is not None and commit.has_next_watermark
-                                 else None, "commits")):
-            if value is not None and (highest is None or value > highest[0]):
-                highest = (value, f"{log_name}/{batch.batch_id}")
+    for record in records:
+        value = record.watermark_ms
+        if value is not None and (highest is None or value > highest[0]):
+            highest = (value, f"offsets/{record.batch_id}")
+        value = record.next_watermark_ms
+        if value is not None and (highest is None or value > highest[0]):
+            highest = (value, f"commits/{record.batch_id}")
     return highest
 
 
@@ -99,8 +99,8 @@ def log_rules(records: tuple[BatchRecord, ...], checkpoint: Checkpoint, progress
         *commit_offset_mismatch(records),
         *commit_without_offsets(records),
         *missing_batch(records, location, checkpoint.has_commit_log,
-                       uses_async_progress_tracking(records, progress.records if progress is not None else (),
-                                                    checkpoint.query_id)),
+                       lambda: uses_async_progress_tracking(records, progress.records if progress is not None else (),
+                                                            checkpoint.query_id)),
         *conf_changed(records),
         *(conf_requested_but_frozen(records, progress.records, progress.location, checkpoint.query_id,
                                     seen=conf_seen, reported=reported)
@@ -150,7 +150,8 @@ def _purged(audited: Audited, lowest: int, window: Checkpoint, boundary: int | N
         held = window.batches[0].batch_id if window.batches else None
         if held is None or held > lowest:
             return None  # where the highest watermark was first seen among the files left: not held
-        highest = watermark_high(b for b in window.batches if boundary is not None and b.batch_id <= boundary)
+        highest = watermark_high(BatchRecord.from_batch(b) for b in window.batches
+                                 if boundary is not None and b.batch_id <= boundary)
     return [f for f in audited.final if not gone(f)], highest
 
 
@@ -196,7 +197,7 @@ def audit_new(audited: Audited, window: Checkpoint, above: list[Batch], problems
     if new_boundary is None or (boundary is not None and new_boundary < boundary):
         new_boundary = boundary
     boundary_batch = batches.get(new_boundary, audited.boundary_batch) if new_boundary is not None else None
-    settled = [b for b in above if new_boundary is not None and b.batch_id <= new_boundary]
+    settled = [BatchRecord.from_batch(b) for b in above if new_boundary is not None and b.batch_id <= new_boundary]
     return Audited(boundary=new_boundary, boundary_batch=boundary_batch,
                    final=tuple(f for f in findings if f.batch_id is not None and new_boundary is not None
                                and f.batch_id <= new_boundary),

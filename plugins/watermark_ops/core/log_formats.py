@@ -86,6 +86,12 @@ _VOID_OFFSET = "-"  # OffsetSeqLog.SERIALIZED_VOID_OFFSET
 _SPARK_OFFSETS_METADATA = re.compile(
     r'\{"batchWatermarkMs":(0|[1-9][0-9]{0,18}),"batchTimestampMs":(0|[1-9][0-9]{0,18}),"conf":(\{.*\})\}', re.S)
 _SPARK_COMMIT = re.compile(rb'v([1-9][0-9]{0,8})\n\{"nextBatchWatermarkMs":(0|[1-9][0-9]{0,18})\}\n?')
+# A whole v1 offsets file as Spark writes it, on its bytes (no decoding, no split per line first).
+_SPARK_OFFSETS_FILE = re.compile(
+    rb'v1\n\{"batchWatermarkMs":(0|[1-9][0-9]{0,18}),"batchTimestampMs":(0|[1-9][0-9]{0,18}),"conf":(\{[^\n]*\})\}'
+    rb'\n([^\n].*)', re.S)
+# The file source's offset (``FileStreamSourceOffset``), the most common source line.
+_FILE_SOURCE_OFFSET = re.compile(rb'\{"logOffset":(0|[1-9][0-9]{0,18})\}')
 
 
 #: Batch ids are Scala ``Long`` s: a larger decimal name is not a batch file for Spark either.
@@ -300,6 +306,10 @@ def parse_offsets(raw: bytes, batch_id: int, file: str, *,
     :raises LogFileError: when the file as a whole cannot be used; :func:`watermark_ops.core.checkpoint.read_checkpoint` turns it
         into a :class:`ReadProblem`.
     """
+    if conf_cache is not None:
+        fast = _spark_offsets_file(raw, batch_id, file, conf_cache)
+        if fast is not None:
+            return fast, []
     version, lines = _lines_with_header(raw, "offset log", OFFSETS_MAX_VERSION)
     if not lines:
         raise LogFileError("truncated", "truncated: expected a metadata JSON line after the version line")
@@ -355,6 +365,48 @@ def parse_offsets(raw: bytes, batch_id: int, file: str, *,
         metadata=metadata,
     )
     return entry, problems
+
+
+def _spark_offsets_file(raw: bytes, batch_id: int, file: str, conf_cache: dict[Any, Any]) -> OffsetsEntry | None:
+    """The entry of a v1 offsets file in Spark's exact form whose sources are file-source offsets
+    or ``-`` (the very values the general path gives), else None (the general path then parses,
+    validates and reports). One match on the bytes; each distinct ``conf`` parsed once."""
+    match = _SPARK_OFFSETS_FILE.fullmatch(raw)
+    if match is None:
+        return None
+    watermark, timestamp, conf_raw, rest = match.groups()
+    lines = rest.split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()  # a trailing newline is not a line
+    sources: list[Any] = []
+    for line in lines:
+        if line == b"-":
+            sources.append(None)
+            continue
+        offset = _FILE_SOURCE_OFFSET.fullmatch(line)
+        if offset is None:
+            return None
+        sources.append({"logOffset": int(offset.group(1))})
+    cached = conf_cache.get(conf_raw)
+    if cached is None:
+        try:
+            conf = loads(conf_raw.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            return None
+        if not isinstance(conf, dict):
+            return None
+        cached = conf_cache[conf_raw] = (conf, {str(k): str(v) for k, v in conf.items()})
+    conf, shown = cached
+    ids = _SOURCE_IDS.get(len(sources))
+    if ids is None:
+        ids = _SOURCE_IDS[len(sources)] = tuple(str(i) for i in range(len(sources)))
+    watermark_ms, timestamp_ms = int(watermark), int(timestamp)
+    return OffsetsEntry(batch_id, file, 1, watermark_ms, timestamp_ms, shown, tuple(sources), ids,
+                        {"batchWatermarkMs": watermark_ms, "batchTimestampMs": timestamp_ms, "conf": conf})
+
+
+#: The source ids of a v1 offsets file of N sources (their positions, as text), made once per N.
+_SOURCE_IDS: dict[int, tuple[str, ...]] = {}
 
 
 def parse_commit(raw: bytes, batch_id: int, file: str) -> CommitEntry:

@@ -234,28 +234,35 @@ _LIGHT_DECODERS: dict[tuple[str, ...], Any] = {}
 
 
 def _parse_fields(log: ProgressLog, data: bytes, fields: tuple[str, ...]) -> None:
-    """:func:`_parse_lines` keeping only ``fields`` (and ``batch_id``) of each record: msgspec
-    decodes them without building the rest (the whole log of a long history in an audit)."""
+    """:func:`_parse_lines` keeping only ``fields`` (and ``batch_id``) of each record, an absent
+    one as None: msgspec decodes them without building the rest (the whole log of a long history
+    in an audit)."""
     import msgspec
+    import msgspec.structs
 
     decoder = _LIGHT_DECODERS.get(fields)
-    if decoder is None:
+    if decoder is None:  # an absent field reads as None, what ``record.get(field)`` gives for a whole record
         record = msgspec.defstruct("ProgressFields", [("batch_id", int)] + [
-            (name, Any, msgspec.UNSET) for name in fields if name != "batch_id"], omit_defaults=True)
-        decoder = _LIGHT_DECODERS[fields] = (msgspec.json.Decoder(record), record.__struct_fields__)
-    decode, names = decoder
-    unset = msgspec.UNSET
+            (name, Any, None) for name in fields if name != "batch_id"])
+        decoder = _LIGHT_DECODERS[fields] = msgspec.json.Decoder(record)
+    asdict = msgspec.structs.asdict
+    if data.endswith(b"\n") or not data:
+        try:  # the whole log in one call when every line is a record (the usual case)
+            log.records.extend(asdict(value) for value in decoder.decode_lines(data))
+            return
+        except msgspec.MsgspecError:
+            pass  # a bad line somewhere: line by line, each problem named
     for number, line in enumerate(data.splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            value = decode.decode(line)
+            value = decoder.decode(line)
         except msgspec.ValidationError:
             problem = "expected a JSON object with an integer batch_id"
         except msgspec.DecodeError as exc:
             problem = f"expected one JSON object per line ({exc})"
         else:
-            log.records.append({name: v for name in names if (v := getattr(value, name)) is not unset})
+            log.records.append(asdict(value))
             continue
         log.problems.append(f"{log.location}:{number}: {problem}")
 

@@ -64,7 +64,7 @@ Pure core: imports neither Airflow nor Spark.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from watermark_ops.core.checkpoint import Batch
 from watermark_ops.core.log_formats import ReadProblem
@@ -159,17 +159,17 @@ class BatchRecord:
     @classmethod
     def from_batch(cls, batch: Batch) -> BatchRecord:
         """The record of a :class:`watermark_ops.core.checkpoint.Batch`."""
-        commit = batch.commit
+        commit, offsets = batch.commit, batch.offsets  # positional: built for every batch of an audit
         return cls(
-            batch_id=batch.batch_id,
-            watermark_ms=batch.watermark_ms,
-            timestamp_ms=batch.timestamp_ms,
-            next_watermark_ms=commit.next_watermark_ms if commit is not None and commit.has_next_watermark else None,
-            committed=batch.committed,
-            has_offsets=batch.offsets_file is not None,
-            conf=batch.conf,
-            offsets_file=batch.offsets_file,
-            commit_file=batch.commit_file,
+            batch.batch_id,
+            offsets.watermark_ms if offsets is not None else None,
+            offsets.timestamp_ms if offsets is not None else None,
+            commit.next_watermark_ms if commit is not None and commit.has_next_watermark else None,
+            batch.commit_file is not None,
+            batch.offsets_file is not None,
+            offsets.conf if offsets is not None else None,
+            batch.offsets_file,
+            batch.commit_file,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -298,16 +298,20 @@ def uses_async_progress_tracking(records: Sequence[BatchRecord], progress_record
 
 
 def missing_batch(records: Sequence[BatchRecord], location: str, has_commit_log: bool = True,
-                  async_progress_tracking: bool = False) -> list[Finding]:
+                  async_progress_tracking: bool | Callable[[], bool] = False) -> list[Finding]:
     """Holes inside the retained range (consecutive ids grouped into one finding), and
     ``restart_impossible`` for ``offsets/H-1`` missing below the head ``H`` unless
-    ``async_progress_tracking`` (see :func:`uses_async_progress_tracking`)."""
+    ``async_progress_tracking`` (see :func:`uses_async_progress_tracking`; a callable is asked
+    only then)."""
     offsets_ids = {r.batch_id for r in records if r.has_offsets}
     if not offsets_ids:
         return []
     low, head = min(offsets_ids), max(offsets_ids)
     below_head = head - 1
-    blocked = head > 0 and below_head not in offsets_ids and not async_progress_tracking
+    blocked = head > 0 and below_head not in offsets_ids
+    if blocked and callable(async_progress_tracking):
+        async_progress_tracking = async_progress_tracking()
+    blocked = blocked and not async_progress_tracking
     findings = []
     for first, last in _gaps(offsets_ids):
         if blocked and last == below_head:

@@ -270,10 +270,13 @@ class _LocalStorage:
                 contents[path] = exc
                 continue
             try:
-                chunks = []
-                while chunk := os.read(fd, 65536):
-                    chunks.append(chunk)
-                contents[path] = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                data = os.read(fd, 65536)
+                if len(data) == 65536:  # a short read of a regular file is its end: one call for a log file
+                    chunks = [data]
+                    while chunk := os.read(fd, 65536):
+                        chunks.append(chunk)
+                    data = b"".join(chunks)
+                contents[path] = data
             except Exception as exc:  # noqa: BLE001 - e.g. IsADirectoryError on read
                 contents[path] = exc
             finally:

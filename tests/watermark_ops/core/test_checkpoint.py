@@ -280,3 +280,29 @@ def test_missing_location_and_folder_that_is_no_checkpoint(tmp_path):
     (tmp_path / "other" / "notes.txt").write_text("hello")
     other = read_checkpoint(str(tmp_path / "other"))
     assert [p.kind for p in other.problems] == ["not_a_checkpoint"]
+
+
+@pytest.mark.parametrize("text", [
+    'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1795263323292,"conf":{"a":"1","b":"x"}}\n{"logOffset":0}',
+    'v1\n{"batchWatermarkMs":280000,"batchTimestampMs":1,"conf":{"a":"é"}}\n{"logOffset":12}\n-\n',
+    'v1\n{"batchWatermarkMs":5,"batchTimestampMs":6,"conf":{}}\n-\n{"logOffset":7}\n',
+    'v1\n{"batchWatermarkMs":5,"batchTimestampMs":6,"conf":{"a":1}}\n{"topic":{"0":12}}',  # not a file source
+    'v1\n{"batchWatermarkMs":5,"batchTimestampMs":6,"conf":{"a":"1"}}\n{"logOffset":01}',  # not JSON
+    'v1\n{"batchWatermarkMs":5,"batchTimestampMs":6,"conf":{"a":"1"}}\n\n{"logOffset":1}',  # an empty line
+    'v01\n{"batchWatermarkMs":5,"batchTimestampMs":6,"conf":{"a":"1"}}\n{"logOffset":1}',
+    'v1\n{"batchWatermarkMs":5,"batchTimestampMs":6,"conf":{"a":"1\u0000"}}\n{"logOffset":1}',
+])
+def test_the_offsets_fast_path_reads_exactly_what_the_general_path_reads(text):
+    """An audit parses every offsets file with a fast path for Spark's exact text (one match on the
+    bytes, each distinct conf parsed once): the same entry and problems as the general path, or the
+    same error."""
+    from watermark_ops.core.log_formats import LogFileError, parse_offsets
+
+    def parsed(**kwargs):
+        try:
+            return parse_offsets(text.encode(), 3, "/cp/offsets/3", **kwargs)
+        except LogFileError as err:
+            return err.kind, err.message
+
+    cache: dict = {}
+    assert parsed(conf_cache=cache) == parsed() == parsed(conf_cache=cache)
