@@ -15,8 +15,8 @@ head offsets file cut in half (unreadable): ``--stalled + 1`` alarms per cycle.
 Each cycle is the real DAG (``dags/watermark_monitor.py``) run by ``dag.test()`` in a fresh
 worker process (a subprocess with its own Airflow home and SQLite DB; the webhook is a local HTTP
 receiver), twice per setting: ``cold`` (no memory of a previous cycle: every window read in full)
-and ``warm`` (the same worker's memory, :class:`watermark_ops.airflow.monitor.TailCache`, from the
-cold cycle; no checkpoint changed in between). Printed per cycle:
+and ``warm`` (the remembered views the cold cycle left in the asset state store of the same
+metadata DB, :mod:`watermark_ops.core.view`; no checkpoint changed in between). Printed per cycle:
 
 * task instances of the run (counted in the metadata DB; the goal is at most 2 + one per alarm);
 * ``watch`` seconds: the one task that evaluates every checkpoint (its task instance's start to

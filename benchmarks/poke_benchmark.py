@@ -1,4 +1,4 @@
-"""Benchmark: a sensor's poke on object storage at 10,000 batches against 10, from the remembered tail.
+"""Benchmark: a sensor's poke on object storage at 10,000 batches against 10, from the remembered view.
 
 Writes two checkpoints in the exact format Spark writes (``audit_benchmark.write_checkpoint``: the
 offset and commit logs, ``metadata``, the progress log beside it; the local ``.crc`` files are not
@@ -11,7 +11,7 @@ by kind (LIST, GET, HEAD).
 The poke is the sensor's own: ``WatermarkStallSensor._check`` with ``conn_id`` set (an ``aws``
 connection to the proxy, from the environment; the filesystem is Airflow's,
 :func:`watermark_ops.airflow.storage.checkpoint_filesystem`), exactly what ``poke``, a reschedule
-and the trigger's poll call. Each sensor pokes once to learn the tail (that first poke lists the
+and the trigger's poll call. Each sensor pokes once to learn the view (that first poke lists the
 logs), then ``--repeat`` times on the unchanged checkpoint; printed per size: the first poke's
 requests and time, and the median later poke's requests and time. Then the ratios the issue sets
 goals for: time at ``--batches`` / time at 10 (goal <= 1.2) and the request counts (goal: equal).
@@ -53,7 +53,7 @@ def upload(fs, local: Path, url: str) -> int:
 
 
 def poke_figures(url: str, conn_id: str, proxy, repeat: int) -> dict:
-    """The first poke (no tail) and ``repeat`` later pokes of one sensor: requests and seconds."""
+    """The first poke (no view) and ``repeat`` later pokes of one sensor: requests and seconds."""
     from watermark_ops.airflow.sensors import WatermarkStallSensor
 
     sensor = WatermarkStallSensor(task_id="poke", checkpoint=url, conn_id=conn_id, max_idle="P3650D")
@@ -111,12 +111,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"a WatermarkStallSensor poke through conn_id, S3 server behind a {args.delay * 1000:.0f} ms proxy "
           f"(requests by kind; seconds; later: median of {args.repeat}):")
     for batches, f in figures.items():
-        print(f"  {batches:>6} batches  first poke (lists, no tail): {f['first']} {f['first_s']:.3f} s")
-        print(f"  {batches:>6} batches  poke from the tail:          {f['later']} {f['later_s']:.3f} s"
+        print(f"  {batches:>6} batches  first poke (lists, no view): {f['first']} {f['first_s']:.3f} s")
+        print(f"  {batches:>6} batches  poke from the view:          {f['later']} {f['later_s']:.3f} s"
               f"{'' if f['same_each_time'] else ' (counts varied between pokes)'}")
     big, small = figures[args.batches], figures[10]
     ratio = big["later_s"] / small["later_s"]
-    print(f"poke from the tail, {args.batches} vs 10 batches: time ratio {ratio:.2f} (goal <= 1.2), "
+    print(f"poke from the view, {args.batches} vs 10 batches: time ratio {ratio:.2f} (goal <= 1.2), "
           f"requests {sum(big['later'].values())} vs {sum(small['later'].values())} "
           f"({'the same' if big['later'] == small['later'] else 'DIFFERENT'}; goal: the same)")
     print(f"first poke (listing), {args.batches} vs 10 batches: time ratio {big['first_s'] / small['first_s']:.2f}, "

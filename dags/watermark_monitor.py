@@ -9,8 +9,8 @@ Two tasks per cycle, whatever the number of checkpoints (:mod:`watermark_ops.air
   touches, or to give thresholds, a ``conn_id`` (format: :mod:`watermark_ops.airflow.config`; this
   repository's example sets ``monitor_config`` to ``dags/watermark_monitor.json``). It evaluates
   them all concurrently in one task instance (a bounded thread pool; each checkpoint through its
-  own connection; each worker remembers every checkpoint's tail between cycles, so unchanged
-  checkpoints are not listed again): the alarms in full are its return value, the counts per state
+  own connection; every checkpoint's remembered view is kept in the registry's asset state store
+  between cycles, shared with the sensors, so unchanged checkpoints are not listed again on any worker): the alarms in full are its return value, the counts per state
   its XCom ``summary``. Healthy: ``advancing``, or ``idle`` within ``max_idle``; alarm: ``stalled``, ``lagging``, ``jumped``, idle
   too long, or a checkpoint that cannot be read (an alarm of its own, never hiding the others). A
   missing checkpoint with ``missing_ok`` (every registered one unless configured otherwise) is

@@ -85,7 +85,7 @@ def check(location: Any, *, goal: str = "healthy", thresholds: Thresholds = DEFA
 def decide(c: Classification, *, goal: str = "healthy", target_ms: int | None = None,
            fail_on_jumped: bool = True) -> Check:
     """The outcome for one classification of an existing checkpoint (see :func:`check`, which
-    reads and then calls this; :func:`check_tail` does the same over a followed tail)."""
+    reads and then calls this; :func:`check_tail` does the same from a remembered view)."""
     if goal == "healthy":
         if c.healthy:
             return Check("done", f"{'no alarm' if c.state == NO_WATERMARK else 'healthy'}: {c.summary()}", c)
@@ -118,18 +118,18 @@ def check_tail(location: Any, previous: Any = None, *, goal: str = "healthy",
                thresholds: Thresholds = DEFAULT_THRESHOLDS, target_ms: int | None = None, missing_ok: bool = False,
                fail_on_jumped: bool = True, at: Any = None, filesystem: Any = None,
                storage_options: dict[str, Any] | None = None) -> tuple[Check, Any]:
-    """:func:`check` over a followed tail (:func:`watermark_ops.core.stall.evaluate_tail`): what the
-    sensors and the trigger call on every poke, remembering the tail between pokes.
+    """:func:`check` from the checkpoint's remembered view (:func:`watermark_ops.core.stall.evaluate_tail`):
+    what the sensors, the trigger and the monitor call on every poke, keeping the view between pokes.
 
-    With ``previous`` (the :class:`watermark_ops.core.tail.Tail` of the last poke) a poke on an
-    unchanged checkpoint lists nothing: it fetches ``offsets/<head+1>``, ``commits/<head+1>``, ...
-    by name, a constant number of requests whatever the history; without one (or one that no longer
-    matches) it lists, as :func:`check` does.
+    With ``previous`` (the :class:`watermark_ops.core.view.View` of the last poke) a poke on an
+    unchanged checkpoint lists nothing: it reads ``metadata`` and ``offsets/<head+1>`` by name and
+    stats ``offsets/<head>``, a constant number of requests whatever the history; without one (or
+    one that no longer matches) it reads the newest batches, as :func:`check` does.
 
-    :param previous: the last poke's ``Tail``, or None.
+    :param previous: the last poke's view, or None.
     :param filesystem: an fsspec filesystem to read ``location`` with (a path on it), or None.
-    :return: ``(Check, Tail | None)``: the same outcome :func:`check` gives for the same files, and
-        the tail to remember for the next poke (None when the checkpoint does not exist).
+    :return: ``(Check, View | None)``: the same outcome :func:`check` gives for the same files, and
+        the view to remember for the next poke (None when the checkpoint does not exist).
     :raises ValueError: / :raises StallInputError: as :func:`check`.
     """
     from watermark_ops.core.stall import evaluate_tail
@@ -139,8 +139,8 @@ def check_tail(location: Any, previous: Any = None, *, goal: str = "healthy",
     if goal == "reached" and (isinstance(target_ms, bool) or not isinstance(target_ms, int)):
         raise ValueError(f"goal 'reached' needs target_ms (epoch ms UTC), got {target_ms!r}")
     try:
-        c, tail = evaluate_tail(location, thresholds, previous, at=at, filesystem=filesystem,
+        c, view = evaluate_tail(location, thresholds, previous, at=at, filesystem=filesystem,
                                 storage_options=storage_options)
     except CheckpointMissing as exc:
         return _missing(exc, goal, missing_ok), None
-    return decide(c, goal=goal, target_ms=target_ms, fail_on_jumped=fail_on_jumped), tail
+    return decide(c, goal=goal, target_ms=target_ms, fail_on_jumped=fail_on_jumped), view

@@ -138,3 +138,8 @@ def test_the_terminal_says_what_it_read_and_full_reads_everything(tmp_path, caps
     assert cli.main(["audit", str(root), "--state", str(state)]) == 0
     out = capsys.readouterr().out
     assert "read 0 new batches" in out and "--full" in out and "Batches (7 in the logs)" in out
+    # status reads what the same remembered view does not hold, as the sensors do
+    assert cli.main(["status", str(root), "--state", str(state), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["head_batch_id"] == 6
+    assert cli.main(["status", str(root), "--state", str(state)]) == 0
+    assert f"read from the remembered view in {state}: 0 new batch files" in capsys.readouterr().out

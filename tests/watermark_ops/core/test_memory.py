@@ -174,3 +174,27 @@ def test_a_malformed_acceptance_is_a_clear_error(tmp_path):
     path.write_text(json.dumps({"version": 1, "checkpoints": {"/data/cp": entry}}))
     with pytest.raises(MemoryFormatError, match=r"entry '/data/cp'.*accepted_reset.to_query_id must be a string"):
         StateFileMemory(path).load("/data/cp")
+
+
+def test_a_state_file_of_an_earlier_version_is_read_then_completed_with_the_view(tmp_path):
+    """A state file whose entry holds only the head (and an acceptance): its head is what the memory
+    rules compare with; the next audit reads everything once and adds the view; then incremental."""
+    from tests.watermark_ops import checkpoint_fixtures as cf
+    from watermark_ops.core.audit import run_audit
+
+    root = tmp_path / "cp"
+    cf.handmade_checkpoint(str(root), [(0, 5000), (5000, 9000)], query_id="7d1b2a3c-0000-4000-8000-00000000000a")
+    path = tmp_path / "state.json"
+    acceptance = {"from_query_id": "7d1b2a3c-0000-4000-8000-000000000009",
+                  "to_query_id": "7d1b2a3c-0000-4000-8000-00000000000a", "by": "ana", "why": "OPS-1", "at_ms": 1}
+    old = {"query_id": "7d1b2a3c-0000-4000-8000-00000000000a", "head_batch_id": 1, "watermark_ms": 9000,
+           "audited_at_ms": 5, "accepted_reset": acceptance}
+    path.write_text(json.dumps({"version": 1, "checkpoints": {str(root): old}}))
+
+    report = run_audit(str(root), StateFileMemory(path))
+    assert report.reads["mode"] == "full" and report.status == "ok"
+    assert report.remembered.head_batch_id == 1 and report.added_batch_ids == ()
+    entry = json.loads(path.read_text())["checkpoints"][str(root)]
+    assert entry["accepted_reset"] == {**acceptance, "at": "1970-01-01T00:00:00.001Z"} and entry["view"]["format"] == 2
+    assert json.loads(path.read_text())["version"] == 1  # earlier versions still read it (they ignore "view")
+    assert run_audit(str(root), StateFileMemory(path)).reads["mode"] == "incremental"
