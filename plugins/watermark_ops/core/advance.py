@@ -42,10 +42,8 @@ Pure core: imports neither Airflow nor Spark. Times are epoch ms UTC.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 from dataclasses import dataclass, replace
-from typing import Any, Iterator
+from typing import Any
 
 from watermark_ops.core.checkpoint import Batch, Checkpoint, _parse, _read_sized
 from watermark_ops.core.findings import audit_new, batch_records, depends_on_head
@@ -157,26 +155,6 @@ def _usable(view: View | None, shown: str, newest: int, audit: bool) -> bool:
 
 def _read_again(reading: _Reading, remembered: Any) -> View:
     """A full read (with an audit) or a bounded read of the newest batches, and the progress log."""
-    with _collector_paused():
-        return _read_all(reading, remembered)
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector paused while a whole checkpoint is read and judged: the
-    read builds a few objects per batch (100,000 for 10,000 batches) and no reference cycle, and
-    each collection the allocations trigger walks every object built so far (a tenth of a
-    terminal audit's time)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
-def _read_all(reading: _Reading, remembered: Any) -> View:
     storage, root = reading.storage, reading.root
     storage.forget(root, f"{root}/offsets", f"{root}/commits")
     if reading.audit and storage.retry_delays and reading.progress_path is not None:
