@@ -166,3 +166,23 @@ def test_the_cli_on_a_corpus_checkpoint_from_the_files_alone(corpus, capsys):
     (op,) = document["operators"]
     assert op["bounded_by_watermark"] is False and op["rows"] == sorted(op["rows"]) and op["chain_length"] == 2
     assert [f["code"] for f in document["findings"]] == ["state_unbounded"]
+
+
+def test_state_and_preflight_on_s3_equal_the_local_read(corpus, s3_server, capsys):
+    """The same checkpoints on the S3 API (the session's moto server, s3fs): the same operators,
+    rows, chains and verdicts as the local copies, through a filesystem and through the CLI."""
+    from tests.watermark_ops import object_storage_fixtures as osf
+    from watermark_ops.core.state.preflight import preflight
+
+    fs = s3_server.filesystem()
+    for path in (corpus.builds["rocksdb_format_v2"], corpus.builds["hdfs_snapshots"],
+                 corpus.cases["state_file_truncated"].checkpoint, corpus.builds["join_one_watermark"]):
+        url = osf.uploaded_checkpoint(fs, path)
+        remote = read_state(url, filesystem=fs, progress_records=()).to_dict()
+        local = read_state(str(path), progress_records=()).to_dict()
+        assert json.loads(json.dumps(remote).replace(url, str(path))) == local
+        verdicts = [preflight(read_checkpoint(where, **kw), read_state(where, progress_records=(), **kw)).verdict
+                    for where, kw in ((url, {"filesystem": fs}), (str(path), {}))]
+        assert verdicts[0] == verdicts[1]
+    assert main(["preflight", url, "--json", "--storage-options", json.dumps(s3_server.storage_options())]) == 0
+    assert json.loads(capsys.readouterr().out)["verdict"] == "go"

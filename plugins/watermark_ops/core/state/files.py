@@ -112,6 +112,8 @@ def decode_lz4_blocks(raw: bytes) -> bytes:
     position, size = 0, len(raw)
     if size == 0:
         raise StateFileError("truncated", "0 bytes: expected lz4-java blocks ending with an end block")
+    if size < 8 and LZ4_MAGIC.startswith(raw):
+        raise StateFileError("truncated", f"ends at byte {size} inside the first block header: the file was cut short")
     if not raw.startswith(LZ4_MAGIC):
         raise StateFileError("unsupported", f"does not start with the lz4-java magic 'LZ4Block' (first bytes "
                                             f"{raw[:8]!r}): another compression codec (spark.sql.streaming."
