@@ -55,8 +55,8 @@ MAINTENANCE_RECIPE = (
     "Spark snapshots the state and deletes old state files only in its maintenance task, which first runs "
     "one spark.sql.streaming.stateStore.maintenanceInterval (default 60 s) after the driver loads its first "
     "state store: a driver that lives less than that (an availableNow run per spark-submit) never compacts. "
-    "Fix: set spark.sql.streaming.stateStore.maintenanceInterval well below the run's duration (e.g. 5s) so that "
-    "the task runs while the run's state stores are loaded, or run the query on a long-lived Spark Connect server "
+    "Fix: set spark.sql.streaming.stateStore.maintenanceInterval below the time a run keeps its state stores "
+    "loaded (seconds, far less than the run: e.g. 1s), so that the task runs while they are loaded, or run the query on a long-lived Spark Connect server "
     "whose maintenance task keeps running between runs; a snapshot is written once more than "
     "spark.sql.streaming.stateStore.minDeltasForSnapshot (default 10) versions follow the last one")
 
