@@ -80,6 +80,7 @@ from watermark_ops.core.log_formats import (
     LogFileError,
     OffsetsEntry,
     ReadProblem,
+    frozen_value,
     is_batch_file_name,
     parse_commit,
     parse_metadata,
@@ -320,9 +321,9 @@ def _read_sized(storage: Any, root: str, newest: int | None) -> tuple[Checkpoint
     offsets_files, commit_files = files.offsets_files, files.commit_files
     offsets, commits = files.offsets, files.commits
     batches = tuple(
-        Batch(i, offsets.get(i), commits.get(i),
-              display(offsets_files[i]) if i in offsets_files else None,
-              display(commit_files[i]) if i in commit_files else None)
+        frozen_value(Batch, {"batch_id": i, "offsets": offsets.get(i), "commit": commits.get(i),
+                             "offsets_file": display(offsets_files[i]) if i in offsets_files else None,
+                             "commit_file": display(commit_files[i]) if i in commit_files else None})
         for i in sorted(offsets_files.keys() | commit_files.keys())
     )
     return Checkpoint(location=shown, query_id=files.query_id, batches=batches, problems=tuple(problems),

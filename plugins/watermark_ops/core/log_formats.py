@@ -94,6 +94,16 @@ _SPARK_OFFSETS_FILE = re.compile(
 _FILE_SOURCE_OFFSET = re.compile(rb'\{"logOffset":(0|[1-9][0-9]{0,18})\}')
 
 
+def frozen_value(cls: type, fields: dict[str, Any]) -> Any:
+    """An instance of the frozen dataclass ``cls`` holding ``fields`` (every field, by name): what
+    ``cls(**fields)`` builds, without its generated ``__init__`` setting each field through
+    ``object.__setattr__``. For the values a read builds per batch (four for each of 10,000 batches
+    in an audit); no ``__post_init__`` runs, so the caller gives exactly the class's fields."""
+    value = object.__new__(cls)
+    value.__dict__.update(fields)
+    return value
+
+
 #: Batch ids are Scala ``Long`` s: a larger decimal name is not a batch file for Spark either.
 MAX_BATCH_ID = 2**63 - 1
 
@@ -401,8 +411,10 @@ def _spark_offsets_file(raw: bytes, batch_id: int, file: str, conf_cache: dict[A
     if ids is None:
         ids = _SOURCE_IDS[len(sources)] = tuple(str(i) for i in range(len(sources)))
     watermark_ms, timestamp_ms = int(watermark), int(timestamp)
-    return OffsetsEntry(batch_id, file, 1, watermark_ms, timestamp_ms, shown, tuple(sources), ids,
-                        {"batchWatermarkMs": watermark_ms, "batchTimestampMs": timestamp_ms, "conf": conf})
+    return frozen_value(OffsetsEntry, {
+        "batch_id": batch_id, "file": file, "version": 1, "watermark_ms": watermark_ms, "timestamp_ms": timestamp_ms,
+        "conf": shown, "sources": tuple(sources), "source_ids": ids,
+        "metadata": {"batchWatermarkMs": watermark_ms, "batchTimestampMs": timestamp_ms, "conf": conf}})
 
 
 #: The source ids of a v1 offsets file of N sources (their positions, as text), made once per N.
@@ -418,9 +430,10 @@ def parse_commit(raw: bytes, batch_id: int, file: str) -> CommitEntry:
     """
     match = _SPARK_COMMIT.fullmatch(raw)  # Spark's exact form: v<n>\n{"nextBatchWatermarkMs":<ms>}
     if match is not None and int(match.group(1)) <= COMMITS_MAX_VERSION:
-        next_ms = int(match.group(2))
-        return CommitEntry(batch_id=batch_id, file=file, version=int(match.group(1)), next_watermark_ms=next_ms,
-                           metadata={"nextBatchWatermarkMs": next_ms})
+        version, next_ms = match.groups()
+        next_ms = int(next_ms)
+        return frozen_value(CommitEntry, {"batch_id": batch_id, "file": file, "version": int(version),
+                                          "next_watermark_ms": next_ms, "metadata": {"nextBatchWatermarkMs": next_ms}})
     version, lines = _lines_with_header(raw, "commit log", COMMITS_MAX_VERSION)
     text = lines[0].strip() if lines else ""
     metadata = _json_object(text, "line 2 (commit metadata)") if text else {}

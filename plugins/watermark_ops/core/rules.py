@@ -67,7 +67,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
 from watermark_ops.core.checkpoint import Batch
-from watermark_ops.core.log_formats import ReadProblem
+from watermark_ops.core.log_formats import ReadProblem, frozen_value
 from watermark_ops.core.memory import RememberedHead
 from watermark_ops.core.times import iso_utc
 
@@ -159,18 +159,18 @@ class BatchRecord:
     @classmethod
     def from_batch(cls, batch: Batch) -> BatchRecord:
         """The record of a :class:`watermark_ops.core.checkpoint.Batch`."""
-        commit, offsets = batch.commit, batch.offsets  # positional: built for every batch of an audit
-        return cls(
-            batch.batch_id,
-            offsets.watermark_ms if offsets is not None else None,
-            offsets.timestamp_ms if offsets is not None else None,
-            commit.next_watermark_ms if commit is not None and commit.has_next_watermark else None,
-            batch.commit_file is not None,
-            batch.offsets_file is not None,
-            offsets.conf if offsets is not None else None,
-            batch.offsets_file,
-            batch.commit_file,
-        )
+        commit, offsets = batch.commit, batch.offsets  # built for every batch of an audit: frozen_value
+        return frozen_value(cls, {
+            "batch_id": batch.batch_id,
+            "watermark_ms": offsets.watermark_ms if offsets is not None else None,
+            "timestamp_ms": offsets.timestamp_ms if offsets is not None else None,
+            "next_watermark_ms": commit.next_watermark_ms if commit is not None and commit.has_next_watermark else None,
+            "committed": batch.commit_file is not None,
+            "has_offsets": batch.offsets_file is not None,
+            "conf": offsets.conf if offsets is not None else None,
+            "offsets_file": batch.offsets_file,
+            "commit_file": batch.commit_file,
+        })
 
     def to_dict(self) -> dict[str, Any]:
         """``{"batch_id", "watermark_ms", "timestamp_ms", "next_watermark_ms", "committed"}``."""
@@ -385,12 +385,16 @@ def conf_requested_but_frozen(records: Sequence[BatchRecord], progress_records: 
     """
     by_id = {r.batch_id: r for r in records if r.conf}
     findings, seen = [], set(seen)
+    agreed: tuple[Any, Any] = (None, None)  # the last (requested, conf) found to agree: a run repeats both
     for progress in progress_records:
         record = by_id.get(progress.get("batch_id"))
         requested = progress.get("requested_conf") or {}
         if record is None or (query_id and progress.get("query_id") != query_id):
             continue
+        if record.conf is agreed[1] and requested == agreed[0]:
+            continue
         if isinstance(requested, dict) and requested.items() <= record.conf.items():
+            agreed = (requested, record.conf)
             continue  # every requested value is the frozen one (the usual case, one C-level check)
         for key in sorted(set(requested) & set(record.conf)):
             if str(requested[key]) != str(record.conf[key]) and (progress.get("run_id"), key) not in seen:
