@@ -225,6 +225,7 @@ class _Looked:
     head_tag: Any
     head_size: int | None
     new_head_size: int | None
+    progress_stat: Any  # the progress log's (size, tag) or exception, stat'ed with the logs; None: not taken
     lowest: int | None
     unread: int | None  # recounted after a purge, else None
     batch_files: int
@@ -245,7 +246,16 @@ def _look(reading: _Reading, view: View) -> _Looked | None:
     metadata, probe, head_path = f"{root}/metadata", f"{root}/offsets/{head + 1}", f"{root}/offsets/{head}"
     paths = [metadata, probe, *(f"{root}/{log}/{i}" for log, i in sorted(reread))]
     storage.forget(root, f"{root}/offsets", f"{root}/commits")
-    content, stats = _read_and_stat(storage, paths, [head_path])
+    # the progress log's stat in the same round, when a look checks it anyway (the sensors)
+    position = view.progress
+    progress_path = reading.progress_path if reading.progress == "always" else None
+    if not (progress_path and position is not None and position.found and position.records is not None
+            and position.path == progress_path and reading.progress_where()["filesystem"] is getattr(storage, "fs", None)
+            and (reading.filesystem is not None or reading.storage_options is None)):
+        progress_path = None
+    if progress_path:
+        storage.forget(progress_path)
+    content, stats = _read_and_stat(storage, paths, [head_path] + ([progress_path] if progress_path else []))
     raw = content(metadata)
     if isinstance(raw, Exception):
         return None  # gone or unreadable: a full read reports it
@@ -318,7 +328,8 @@ def _look(reading: _Reading, view: View) -> _Looked | None:
             batches = {i: b for i, b in batches.items() if i >= lowest}
     return _Looked(query_id=query_id, batches=batches, new_ids=new_ids, problems=problems, reread=reread,
                    changed=changed, changed_final=changed_final, head_tag=stat[1], head_size=stat[0],
-                   new_head_size=new_head_size, lowest=lowest, unread=unread, batch_files=files)
+                   new_head_size=new_head_size, progress_stat=stats.get(progress_path) if progress_path else None,
+                   lowest=lowest, unread=unread, batch_files=files)
 
 
 def _read_and_stat(storage: Any, paths: list[str], stat_paths: list[str]):
@@ -411,7 +422,7 @@ def _moved(reading: _Reading, view: View, looked: _Looked) -> View:
     boundary = _boundary(window)
     r = reading.storage.requests
     if not looked.changed:
-        position = _progress_follow(reading, view, window, changed=False)
+        position = _progress_follow(reading, view, window, changed=False, stat=looked.progress_stat)
         return replace(view, head_tag=looked.head_tag, head_size=looked.head_size, progress=position,
                        state=_state(reading, window, view.state, changed=False),
                        reads={"mode": "incremental", "batch_files": looked.batch_files,
@@ -425,7 +436,7 @@ def _moved(reading: _Reading, view: View, looked: _Looked) -> View:
     new_window = replace(new_window, query_id=looked.query_id)
     if looked.unread is not None:
         new_window = replace(new_window, unread_batches=looked.unread)
-    position = _progress_follow(reading, view, new_window, changed=True)
+    position = _progress_follow(reading, view, new_window, changed=True, stat=looked.progress_stat)
     above = [b for b in ordered if boundary is None or b.batch_id > boundary]
     audited = view.audit
     if audited is not None:
@@ -490,9 +501,11 @@ def _progress_read(reading: _Reading, window: Checkpoint, *, whole: bool) -> tup
                             problems=tuple(problems), complete=log.complete, marker=log.marker), log
 
 
-def _progress_follow(reading: _Reading, view: View, window: Checkpoint, *, changed: bool) -> ProgressPosition | None:
+def _progress_follow(reading: _Reading, view: View, window: Checkpoint, *, changed: bool,
+                     stat: Any = None) -> ProgressPosition | None:
     """The progress position after a look: its new lines read when the checkpoint changed, while
-    the head's record is missing, or at every look with ``progress="always"``."""
+    the head's record is missing, or at every look with ``progress="always"`` (``stat``: the log's
+    ``(size, tag)`` or error, taken with the logs' reads; None: take it now)."""
     from watermark_ops.core.progress import read_progress_since
 
     path = reading.progress_path
@@ -509,9 +522,13 @@ def _progress_follow(reading: _Reading, view: View, window: Checkpoint, *, chang
                     and not any(r["batch_id"] == head for r in position.records))
     if not (changed or head_missing or (reading.progress == "always" and position.found)):
         return position
-    reading.progress_requests += 1
+    if isinstance(stat, FileNotFoundError):
+        return ProgressPosition(path=path, found=False, records=[], problems=position.problems)
+    if isinstance(stat, Exception):
+        stat = None  # read it again the usual way (with its retries)
+    reading.progress_requests += int(stat is None)
     try:
-        log = read_progress_since(path, position.end, position.marker, **reading.progress_where())
+        log = read_progress_since(path, position.end, position.marker, **reading.progress_where(), stat=stat)
     except FileNotFoundError:
         return ProgressPosition(path=path, found=False, records=[], problems=position.problems)
     except (OSError, ValueError, ImportError) as exc:

@@ -203,19 +203,21 @@ def read_progress_log(location: str, *, filesystem: Any = None, storage_options:
 
 
 def read_progress_since(location: str, start: int, known: Any = None, *, filesystem: Any = None,
-                        storage_options: dict[str, Any] | None = None) -> ProgressLog | None:
+                        storage_options: dict[str, Any] | None = None, stat: Any = None) -> ProgressLog | None:
     """The lines appended to the log at ``location`` since byte ``start`` (a position a previous
     read ended at, :attr:`ProgressLog.end_offset`): a stat, then one ranged read of the new bytes.
 
     :param known: the ``marker`` of the previous read: the same size and tag now means nothing
         changed (nothing is read).
+    :param stat: the log's ``(size, tag)`` just taken by the caller (with the checkpoint's own
+        reads): not taken again.
     :return: a :class:`ProgressLog` of the new whole lines (``start_offset`` = ``start``,
         ``end_offset`` after the last whole line, ``marker`` now; problems name the line's byte
         offset), or None when the log is shorter than ``start`` (rewritten: read its end again).
     :raises FileNotFoundError: the log is gone. :raises OSError: it cannot be read.
     """
     reader = _Reader(location, filesystem, storage_options)
-    size, tag = reader.stat()
+    size, tag = reader.stat() if stat is None else stat
     log = ProgressLog(location=str(location), start_offset=start, end_offset=start, marker=(size, tag))
     if known is not None and tuple(known) == (size, tag) and size >= start:
         return log
