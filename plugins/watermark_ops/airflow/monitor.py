@@ -24,9 +24,11 @@ its own (``state`` None, ``unreadable`` in the counts, the message and problems 
 a missing checkpoint with ``missing_ok`` is counted as ``missing`` and skipped (not an alarm).
 
 Between cycles the monitor keeps each checkpoint's remembered view (:mod:`watermark_ops.core.view`)
-in the asset state store of the checkpoint registry (its inlet; :class:`watermark_ops.airflow.memory.AssetStateStoreMemory`,
-``watermark_view:<location>``), the same view the sensors and the audit operator read and move on:
-a cycle on any worker, after any of them, reads only what changed (:func:`watermark_ops.core.stall.evaluate_tail`:
+in the asset state store of the checkpoint registry (its inlet), bundled: the views of every
+watched checkpoint in a few keys (:class:`watermark_ops.airflow.memory.ViewBundle`,
+``watermark_views:<i>/<n>``, read once and written once per cycle: a ``get`` per checkpoint would
+cost an Execution API call each). A cycle on any worker reads only what changed
+(:func:`watermark_ops.core.stall.evaluate_tail`:
 ``metadata`` and ``offsets/<head+1>`` by name, a stat of ``offsets/<head>`` and of the progress
 log, no LIST), a constant, small number of requests per checkpoint whatever its history. A lost,
 stale or unreadable view only costs a read of that checkpoint's window. The per-worker files of
@@ -151,8 +153,8 @@ def evaluate_entry(entry: dict[str, Any], *, at: Any = None, memory: Any = None)
     (stalled, lagging, idle too long) and ``fail`` (jumped; missing without ``missing_ok``) → an
     alarm; a checkpoint whose head cannot be classified (``StallInputError``) or read at all → an
     ``unreadable`` alarm.
-    :param memory: where the views are kept (:class:`watermark_ops.airflow.memory.AssetStateStoreMemory`
-        on the registry asset, or any store of :func:`watermark_ops.core.view.load_view`); None: a
+    :param memory: where the views are kept (:class:`watermark_ops.airflow.memory.ViewBundle` on
+        the registry asset, or any store of :func:`watermark_ops.core.view.load_view`); None: a
         read of the window, nothing remembered.
     :return: ``{"counted": state | "missing" | "unreadable", "alarm": bool, "payload": dict | None,
         "requests": {"list": n, "get": n, "head": n, "listed": 0 | 1} | None (what the read of the
@@ -284,7 +286,7 @@ def watch_cycle(context: Any, *, concurrency: int | None = None) -> list[dict[st
         XCom :data:`SUMMARY_KEY`.
     :raises ValueError: for a bad ``[watermark_ops]`` configuration (the task fails, naming it).
     """
-    from watermark_ops.airflow.memory import AssetStateStoreMemory
+    from watermark_ops.airflow.memory import ViewBundle
     from watermark_ops.airflow.registry import CHECKPOINT_REGISTRY, monitor_checkpoints
 
     entries = monitor_checkpoints(context)
@@ -294,13 +296,20 @@ def watch_cycle(context: Any, *, concurrency: int | None = None) -> list[dict[st
         concurrency = conf.getint("watermark_ops", "monitor_concurrency", fallback=MONITOR_CONCURRENCY)
     memory = None
     try:
-        memory = AssetStateStoreMemory(None, views=context["asset_state_store"][CHECKPOINT_REGISTRY])
+        memory = ViewBundle(context["asset_state_store"][CHECKPOINT_REGISTRY], (e["checkpoint"] for e in entries))
+        memory.read()
     except Exception as exc:  # noqa: BLE001 - without a store every cycle reads each window
         log.warning("no asset state store for the remembered views (every cycle reads each window): %r", exc)
+        memory = None
     if memory is not None:
         migrate_tail_files(memory, entries)
     started = time.monotonic()
     results = evaluate_checkpoints(entries, memory=memory, concurrency=concurrency)
+    if memory is not None:
+        try:
+            memory.flush()
+        except Exception as exc:  # noqa: BLE001 - the next cycle reads the windows again
+            log.warning("the remembered views were not written (the next cycle reads each window): %r", exc)
     summary = summarize(results, seconds=time.monotonic() - started)
     log.info("watched %d checkpoint(s) in %.1f s (%d remembered; requests %s): %s; %d alarm(s)%s",
              summary["checkpoints"], summary["seconds"], summary["remembered"], summary["requests"],
