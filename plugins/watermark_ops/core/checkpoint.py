@@ -371,21 +371,19 @@ def read_log_files(storage: Any, offsets_files: dict[int, str], commit_files: di
     probed_offsets = set(probed_offsets)
     paths = [*offsets_files.values(), *commit_files.values(), *([metadata_path] if metadata_path else [])]
     content = storage.read(paths, probed=probed | probed_offsets)
-    conf_cache: dict[str, Any] = {}  # one parse of the conf every batch repeats
+    conf_cache: dict[Any, Any] = {}  # one parse of the conf every batch repeats
     parse_offsets_cached = partial(parse_offsets, conf_cache=conf_cache)
-    kinds = {**{path: (parse_offsets_cached, i) for i, path in offsets_files.items()},
-             **{path: (parse_commit, i) for i, path in commit_files.items()}}
     parsed: dict[str, Any] = {}
     own_problems: dict[str, list[ReadProblem]] = {}
 
-    def parse_some(some: Iterable[str]) -> None:
-        for path in some:
-            if path == metadata_path:
+    def parse_some(some: Iterable[tuple[Any, int, str]]) -> None:
+        """Parse ``(parser, batch id, path)`` (the parser None for ``metadata``)."""
+        for parse, batch_id, path in some:
+            if parse is None:
                 own: list[ReadProblem] = []
                 parsed[path] = _query_id(content(path), display(path), own, content.attempts.get(path, 1))
                 own_problems[path] = own
                 continue
-            parse, batch_id = kinds[path]
             raw = content(path)
             if raw.__class__ is bytes:  # the common case first: a file read whole (20,000 of them in an audit)
                 try:
@@ -413,15 +411,18 @@ def read_log_files(storage: Any, offsets_files: dict[int, str], commit_files: di
             parsed[path] = _parse(parse, raw, batch_id, display(path), own, content.attempts.get(path, 1))
             own_problems[path] = own
 
+    jobs = [*((parse_offsets_cached, i, path) for i, path in offsets_files.items()),
+            *((parse_commit, i, path) for i, path in commit_files.items()),
+            *([(None, -1, metadata_path)] if metadata_path else [])]
     with _collector_paused(len(paths) > _MANY_FILES):
-        parse_some(paths)
+        parse_some(jobs)
     for delay in storage.retry_delays:  # half-written files: read again, within a bound
-        again = [path for path, own in own_problems.items() if any(p.kind in _HALF_WRITTEN for p in own)]
+        again = {path for path, own in own_problems.items() if any(p.kind in _HALF_WRITTEN for p in own)}
         if not again:
             break
         time.sleep(delay)
-        content.update(storage.read(again, probed=probed | probed_offsets))
-        parse_some(again)
+        content.update(storage.read(sorted(again), probed=probed | probed_offsets))
+        parse_some(job for job in jobs if job[2] in again)
     found_offsets = {i: path for i, path in offsets_files.items() if parsed[path] is not _ABSENT}
     found_commits = {i: path for i, path in commit_files.items() if parsed[path] is not _ABSENT}
     # read_checkpoint's order: metadata's problems, the offsets files' by batch id, the commits'

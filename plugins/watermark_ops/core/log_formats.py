@@ -397,7 +397,8 @@ def _spark_offsets_file(raw: bytes, batch_id: int, file: str, conf_cache: dict[A
         if offset is None:
             return None
         sources.append({"logOffset": int(offset.group(1))})
-    cached = conf_cache.get(conf_raw)
+    last = conf_cache.get(_LAST_CONF)  # every batch of a query repeats the conf: compare, not hash
+    cached = last[1] if last is not None and last[0] == conf_raw else conf_cache.get(conf_raw)
     if cached is None:
         try:
             conf = loads(conf_raw.decode("utf-8"))
@@ -406,6 +407,7 @@ def _spark_offsets_file(raw: bytes, batch_id: int, file: str, conf_cache: dict[A
         if not isinstance(conf, dict):
             return None
         cached = conf_cache[conf_raw] = (conf, {str(k): str(v) for k, v in conf.items()})
+    conf_cache[_LAST_CONF] = (conf_raw, cached)
     conf, shown = cached
     ids = _SOURCE_IDS.get(len(sources))
     if ids is None:
@@ -417,6 +419,8 @@ def _spark_offsets_file(raw: bytes, batch_id: int, file: str, conf_cache: dict[A
         "metadata": {"batchWatermarkMs": watermark_ms, "batchTimestampMs": timestamp_ms, "conf": conf}})
 
 
+#: The key of the conf cache under which the last conf seen is kept (no text or bytes key is it).
+_LAST_CONF = object()
 #: The source ids of a v1 offsets file of N sources (their positions, as text), made once per N.
 _SOURCE_IDS: dict[int, tuple[str, ...]] = {}
 
