@@ -138,7 +138,7 @@ def drops_per_run(records: Iterable[dict[str, Any]]) -> list[RunDrops]:
         count no rows and add no batch id. A record whose ``allowMultiple`` value is corrupt
         adds nothing to ``late_watermark`` (the ledger names it).
     """
-    from watermark_ops.core.ledger import LedgerError, late_watermark_rule
+    from watermark_ops.core.ledger.rule import LedgerError, late_watermark_rule
 
     runs: dict[tuple[Any, Any], dict[str, Any]] = {}
     for record in records:
