@@ -130,7 +130,7 @@ class RunDrops:
 
 
 def drops_per_run(records: Iterable[dict[str, Any]]) -> list[RunDrops]:
-    """Group progress-log records (shape in ``watermark_ops.spark.driver``) by run.
+    """Group progress-log records (shape in ``watermark_ops.spark.recorder``) by run.
 
     :param records: progress-log records of one checkpoint, any order.
     :return: one :class:`RunDrops` per ``(query_id, run_id)``, in the order the runs started

@@ -43,35 +43,37 @@ What each piece does (:mod:`watermark_ops.spark.driver`, :mod:`watermark_ops.spa
 
 from __future__ import annotations
 
-from watermark_ops.spark.driver import (
-    ALLOW_MULTIPLE_CONF,
+from watermark_ops.core.ledger.rule import interval_ms, late_rule, schema_kinds
+from watermark_ops.spark.driver import add_run_arguments, execute, run_queries
+from watermark_ops.spark.exits import (
     EXIT_CHECKPOINT_IN_USE,
     EXIT_SERVER_LOST,
     EXIT_VERSION_MISMATCH,
-    FROZEN_CONFS,
-    OTHER_PARTITION,
-    POLICY_CONF,
-    RECORDED_CONFS,
-    SPARK_TRIGGERS,
-    ProgressRecorder,
-    add_run_arguments,
-    apply_spark_trigger,
-    build_session,
-    checkpoint_watermark_policy,
-    execute,
-    interval_ms,
-    land_tick,
-    late_rule,
-    observe_partition_event_times,
-    owed_trailing_batch,
-    progress_log_path,
-    progress_record,
+    exit_process,
+    exit_with_launcher,
     run_driver,
-    run_queries,
-    schema_kinds,
 )
 from watermark_ops.spark.inputs import classified_json_stream, quarantined
 from watermark_ops.spark.lock import CheckpointInUse, checkpoint_lock, lock_path
+from watermark_ops.spark.recorder import (
+    OTHER_PARTITION,
+    RECORDED_CONFS,
+    ProgressRecorder,
+    observe_partition_event_times,
+    progress_record,
+)
+from watermark_ops.spark.session import build_session
+from watermark_ops.spark.trigger import (
+    FROZEN_CONFS,
+    POLICY_CONF,
+    SPARK_TRIGGERS,
+    apply_spark_trigger,
+    checkpoint_watermark_policy,
+    land_tick,
+    owed_trailing_batch,
+)
+from watermark_ops.core.progress import progress_log_path
+from watermark_ops.core.ledger.rule import ALLOW_MULTIPLE_CONF
 
 __all__ = [
     "ALLOW_MULTIPLE_CONF",
@@ -92,6 +94,8 @@ __all__ = [
     "checkpoint_watermark_policy",
     "classified_json_stream",
     "execute",
+    "exit_process",
+    "exit_with_launcher",
     "interval_ms",
     "land_tick",
     "late_rule",
