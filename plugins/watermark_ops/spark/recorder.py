@@ -261,15 +261,28 @@ class ProgressRecorder:
                 pass
         self._spark_version = spark.version
         self._logs: dict[str, str] = {}          # query id -> progress log location
-        self._rules: dict[str, dict[str, Any] | None] = {}  # query id -> late rule
+        self._rules: dict[str, Any] = {}  # query id -> late rule, or a function of the first progress JSON
+        self._triggers: dict[str, str] = {}  # query id -> its Spark trigger, when not the recorder's
         self._written: set[tuple[str, str, int]] = set()
         self._lock = threading.Lock()
         self._listener = None
 
-    def register(self, query, log_path: str, late_rule: dict[str, Any] | None = None) -> None:
-        """Record the batches of ``query`` (a ``StreamingQuery``) into ``log_path``, each with ``late_rule``."""
+    @property
+    def listens(self) -> bool:
+        """True when a listener records each batch as it completes; False: the caller polls :meth:`flush`."""
+        return self._listen
+
+    def register(self, query, log_path: str, late_rule: Any = None, spark_trigger: str | None = None) -> None:
+        """Record the batches of ``query`` (a ``StreamingQuery``) into ``log_path``.
+
+        :param late_rule: the query's late rule (a dict), or a function that returns it from the
+            query's first progress JSON (called once: the launcher matches its sources then).
+        :param spark_trigger: the query's Spark trigger when it is not the recorder's own.
+        """
         self._logs[str(query.id)] = log_path
         self._rules[str(query.id)] = late_rule
+        if spark_trigger:
+            self._triggers[str(query.id)] = spark_trigger
         self._ensure_listener()
         self.flush(query)  # batches that completed before the listener knew the query
 
@@ -311,14 +324,26 @@ class ProgressRecorder:
             if key in self._written:
                 return
             self._written.add(key)
-            record = progress_record(progress, self._run_tag, self._spark_trigger, self._requested_conf,
-                                     self._rules.get(query_id), self._spark_version)
+            record = progress_record(progress, self._run_tag, self._triggers.get(query_id, self._spark_trigger),
+                                     self._requested_conf, self._rule(query_id, progress), self._spark_version)
             fs, fs_path = fsspec.core.url_to_fs(path)
             parent = fs._parent(fs_path)
             if parent:
                 fs.makedirs(parent, exist_ok=True)
             with fs.open(fs_path, "a") as handle:
                 handle.write(json.dumps(record, sort_keys=True) + "\n")
+
+    def _rule(self, query_id: str, progress: dict[str, Any]) -> dict[str, Any] | None:
+        """The query's late rule, built from ``progress`` the first time when given as a function."""
+        rule = self._rules.get(query_id)
+        if callable(rule):
+            try:
+                rule = rule(progress)
+            except Exception:  # noqa: BLE001 - a rule that cannot be built must not lose the batch
+                log.exception("could not build the late rule of query %s: recorded without one", query_id)
+                rule = None
+            self._rules[query_id] = rule
+        return rule
 
     def flush(self, query) -> None:
         """Write the batches of ``query`` that the listener has not written yet."""
@@ -327,10 +352,11 @@ class ProgressRecorder:
 
     def records(self, query) -> list[dict[str, Any]]:
         """This run's batches of ``query`` as progress-log records, oldest first."""
+        query_id = str(query.id)
         return [
-            progress_record(json.loads(p.json), self._run_tag, self._spark_trigger, self._requested_conf,
-                            self._rules.get(str(query.id)), self._spark_version)
-            for p in query.recentProgress
+            progress_record(progress, self._run_tag, self._triggers.get(query_id, self._spark_trigger),
+                            self._requested_conf, self._rule(query_id, progress), self._spark_version)
+            for progress in (json.loads(p.json) for p in query.recentProgress)
         ]
 
     def close(self) -> None:

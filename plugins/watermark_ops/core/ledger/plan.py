@@ -24,14 +24,14 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable
 
-from watermark_ops.core.checkpoint import Checkpoint
+from watermark_ops.core.checkpoint import Checkpoint, open_storage, read_checkpoint
 from watermark_ops.core.ledger.model import BatchLedger, LateRow
 from watermark_ops.core.ledger.rule import LateRule, LateWatermarkRule, LedgerError, late_watermark_rule
 from watermark_ops.core.log_formats import ReadProblem
 from watermark_ops.core.progress import progress_log_path, read_progress_log
 from watermark_ops.core.source_log import MAX_LOG_OFFSETS_PER_READ, file_source_log_offset, read_source_log
 
-__all__ = ["TICK_PREFIX", "BatchPlan", "ReplayRow", "plan_batch", "progress_records", "tally"]
+__all__ = ["TICK_PREFIX", "BatchPlan", "ReplayRow", "plan_batch", "plan_batches", "progress_records", "tally"]
 
 #: The tick files the driver lands for an owed trailing batch (``watermark_ops.spark.land_tick``): empty.
 TICK_PREFIX = "watermark-ops-tick-"
@@ -189,6 +189,29 @@ def plan_batch(state: Checkpoint, storage: Any, root: str, batch_id: int, record
             read.extend((index, f.path) for f in log.files[k]
                         if not f.path.rstrip("/").rsplit("/", 1)[-1].startswith(TICK_PREFIX))
     return replace(plan, ok=ok, files=tuple(read), log_offsets=ranges)
+
+
+def plan_batches(checkpoint: str, batch_ids: Iterable[int], *, filesystem: Any = None,
+                 storage_options: dict[str, Any] | None = None) -> tuple[Checkpoint, list[BatchPlan], list[ReadProblem]]:
+    """:func:`plan_batch` for each of ``batch_ids`` (ascending) of one checkpoint: what a replay that
+    makes the rows elsewhere (the launcher's, in Spark) needs from the checkpoint.
+
+    :return: ``(checkpoint read, plans, problems)``; a source that is not a file source is a problem too.
+    :raises OSError: when the progress log exists but cannot be read.
+    """
+    where = {"filesystem": filesystem, "storage_options": storage_options}
+    storage, root = open_storage(checkpoint, **where)
+    state = read_checkpoint(checkpoint, **where)
+    problems: list[ReadProblem] = list(state.problems)
+    records = progress_records(state.location, state.query_id, problems, where)
+    unreplayable: dict[str, dict[str, Any]] = {}
+    plans = [plan_batch(state, storage, root, batch_id, records.get(batch_id), problems, unreplayable)
+             for batch_id in sorted(set(batch_ids))]
+    for source_id, entry in unreplayable.items():
+        problems.append(ReadProblem("not_replayable", f"{state.location}/sources/{source_id}",
+                                    f"source {source_id} ({entry.get('description')}) is not a file source: its rows "
+                                    "cannot be recovered from the checkpoint"))
+    return state, plans, problems
 
 
 def _bad_log_offsets(batch_id: int, source_id: str, start: int, end: int, file: str) -> ReadProblem | None:
