@@ -15,7 +15,8 @@ operator as the application):
    Connect (``--remote``) creates the client session the job's ``getOrCreate()`` then joins
    (``SPARK_REMOTE``), versions checked (exit 4) and the server reachable (exit 5);
 2. attaches the recorder (:class:`watermark_ops.spark.attach.Attachment`) and runs the script as
-   ``__main__`` (``runpy``, the script's folder first on ``sys.path``, ``sys.argv`` its own);
+   ``__main__`` (as ``runpy.run_path`` does: the script's folder first on ``sys.path``, ``sys.argv``
+   its own; its globals kept, so its pre-watermark function is taken from the run, not re-imported);
 3. waits for the queries it started, records their last batches (progress log beside each
    checkpoint, with the declared late rule on the declared checkpoint's query);
 4. with a declared pre-watermark function (``--pre-watermark module:function``), replays each of
@@ -35,7 +36,6 @@ import argparse
 import importlib
 import logging
 import os
-import runpy
 import sys
 import traceback
 from pathlib import Path
@@ -129,13 +129,14 @@ def main(argv: list[str] | None = None) -> int:
             attachment.lock(args.checkpoint)
             _tick_if_owed(args)
         attachment.attach()
+        namespace: dict[str, Any] = {}
         try:
-            code = _run_script(script, script_args)
+            code = _run_script(script, script_args, namespace)
         finally:
             attachment.detach()
         code = _finish_queries(attachment, failed=code != 0) or code
         if code == 0 and args.pre_watermark:
-            code = _replay(args, attachment, script)
+            code = _replay(args, attachment, script, namespace)
     except CheckpointInUse as exc:
         log.error("not started: %s", exc)
         return EXIT_CHECKPOINT_IN_USE
@@ -170,26 +171,41 @@ def _connect(args: argparse.Namespace) -> tuple[Any, dict[str, str]]:
     return spark, {"url": args.remote, "session_id": session_id}
 
 
-def _run_script(script: str, script_args: list[str]) -> int:
-    """Run ``script`` as ``__main__`` with its own ``sys.argv``; its exit status (``sys.exit`` kept)."""
-    saved = sys.argv
+def _run_script(script: str, script_args: list[str], namespace: dict[str, Any]) -> int:
+    """Run ``script`` as ``__main__`` with its own ``sys.argv`` (as ``runpy.run_path`` does), its
+    globals kept in ``namespace`` even when it ends with ``sys.exit``; its exit status.
+
+    :raises watermark_ops.spark.lock.CheckpointInUse: a query's checkpoint is held by another driver.
+    """
+    import builtins
+    import types
+
+    from watermark_ops.spark.lock import CheckpointInUse
+
+    module = types.ModuleType("__main__")
+    module.__dict__.update({"__file__": script, "__builtins__": builtins, "__loader__": None, "__spec__": None,
+                            "__cached__": None})
+    saved_argv, saved_main = sys.argv, sys.modules.get("__main__")
     sys.argv = [script, *script_args]
+    sys.modules["__main__"] = module
     try:
-        runpy.run_path(script, run_name="__main__")
+        code = compile(Path(script).read_bytes(), script, "exec")
+        exec(code, module.__dict__)  # noqa: S102 - running the team's own job script is the launcher's purpose
     except SystemExit as exc:
         if exc.code is None or isinstance(exc.code, int):
             return exc.code or 0
         print(exc.code, file=sys.stderr)
         return 1
-    except Exception as exc:
-        from watermark_ops.spark.lock import CheckpointInUse
-
-        if isinstance(exc, CheckpointInUse):
-            raise
+    except CheckpointInUse:
+        raise
+    except Exception:
         traceback.print_exc()
         return 1
     finally:
-        sys.argv = saved
+        sys.argv = saved_argv
+        if saved_main is not None:
+            sys.modules["__main__"] = saved_main
+        namespace.update(module.__dict__)
     return 0
 
 
@@ -224,7 +240,8 @@ def _finish_queries(attachment, failed: bool) -> int:
         recorder.close()
     for started in attachment.queries:
         if started.checkpoint is not None:
-            log.info("%s (query %s): recorded beside %s", started.name, started.query.id, started.checkpoint)
+            log.info("query %s (%s): recorded beside %s", started.name or Path(started.checkpoint).name,
+                     started.query.id, started.checkpoint)
     return code
 
 
@@ -294,23 +311,26 @@ def _late_rule(args: argparse.Namespace, attachment, started, progress: dict[str
     return rule
 
 
-def _pre_watermark_function(spec: str, script: str) -> Callable[[Any], Any]:
-    """``module:function`` → the function (the script's own module imported by its name from its folder).
+def _pre_watermark_function(spec: str, script: str, namespace: dict[str, Any]) -> Callable[[Any], Any]:
+    """``module:function`` → the function: the script's own (``module`` its file name's stem) from the
+    globals its run left, so an unguarded script is not run twice; another module imported from the
+    script's folder.
 
     :raises ValueError: for another form, or a name that is not a function of the module.
     """
     module, sep, name = spec.partition(":")
     if not sep or not module or not name:
         raise ValueError(f"--pre-watermark expects MODULE:FUNCTION, got {spec!r}")
-    if module == Path(script).stem and module not in sys.modules:
-        sys.path.insert(0, str(Path(script).parent))
-    function = getattr(importlib.import_module(module), name, None)
+    if module == Path(script).stem:
+        function = namespace.get(name)
+    else:
+        function = getattr(importlib.import_module(module), name, None)
     if not callable(function):
         raise ValueError(f"--pre-watermark {spec}: {module} has no function {name}")
     return function
 
 
-def _replay(args: argparse.Namespace, attachment, script: str) -> int:
+def _replay(args: argparse.Namespace, attachment, script: str, namespace: dict[str, Any]) -> int:
     """Replay the declared query's batches of this run through the job's pre-watermark function."""
     from watermark_ops.spark.replay import replay_run
 
@@ -329,7 +349,7 @@ def _replay(args: argparse.Namespace, attachment, script: str) -> int:
             raise ValueError(f"the replay reads one file source per query; the query has {len(sources)} known ones")
         column, _ = _watermark(args, attachment)
         replay_run(attachment.spark, started.checkpoint, batch_ids, sources[0],
-                   _pre_watermark_function(args.pre_watermark, script), column, args.reason_column,
+                   _pre_watermark_function(args.pre_watermark, script, namespace), column, args.reason_column,
                    query_id=str(started.query.id), run_tag=args.run_tag)
     except Exception as exc:  # noqa: BLE001 - the run's data is committed; its ledger is what failed
         traceback.print_exc()
