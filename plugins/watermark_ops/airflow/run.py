@@ -74,9 +74,7 @@ MAX_QUARANTINE_RATE = 0.5
 def launcher_path() -> str:
     """The launcher's file (``watermark_ops/spark/launch.py`` of the installed package): what
     spark-submit runs for ``attach=True``. Found without importing the Spark side."""
-    import watermark_ops
-
-    return os.path.join(os.path.dirname(os.path.abspath(watermark_ops.__file__)), "spark", "launch.py")
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "spark", "launch.py")
 
 
 def _declarations(checkpoint: str, window: str | None, event_time: str | None, watermark_column: str | None,
@@ -290,7 +288,7 @@ def watermarked_run(
         def check_run(run: dict) -> dict:
             """Fail a run that set aside more than ``max_quarantine_rate`` of its input rows, or aggregated
             none: the message names the top reason and one example record (file, line)."""
-            from airflow.exceptions import AirflowFailException
+            from airflow.sdk.exceptions import AirflowFailException
 
             from watermark_ops.core.ledger import quarantine_check
 

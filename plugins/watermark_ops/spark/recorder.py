@@ -20,7 +20,7 @@ appended to ``<checkpoint>.progress.jsonl`` (beside the checkpoint). One line pe
      "state_rows": int,           # rows held in the state store after the batch
      "duration_ms": {"triggerExecution": int, ...},
      "observed_metrics": {name: {metric: value}},  # Dataset.observe metrics of the batch
-     "partition_column": str | null,  # e.g. "origin": the column event times are kept apart by, see below
+     "partition_column": str | null,  # e.g. "station": the column event times are kept apart by, see below
      "event_time_max_ms_by_partition": {value: int | null} | null,  # newest event time per partition
      "sources": [{"description": str, "start_offset": ..., "end_offset": ..., "input_rows": int}],
      "spark_trigger": "availableNow" | "once",
@@ -37,11 +37,11 @@ The watermark a row is judged against is the one Spark filters late events with
 ``requested_conf`` say which. All instants epoch ms UTC::
 
     {"kind": "window_end",      # a tumbling event-time window aggregation: a row is late when the
-     "event_time": "dep_time",  #   end of its window (start = event time floored to window_ms) is
+     "event_time": "observed_at",  # end of its window (start = event time floored to window_ms) is
      "window_ms": 3600000,      #   <= the watermark (WatermarkSupport: window.end <= watermark)
      "delay_threshold_ms": 7200000, "max_event_time_ahead_ms": null}
     {"kind": "event_time",      # deduplication / stream-stream join: late when event time <= watermark
-     "event_time": "dep_time" | ["dep_time", "time_hour"],   # landed field, one per source in plan order
+     "event_time": "observed_at" | ["ordered_at", "paid_at"],  # landed field, one per source in plan order
      "delay_threshold_ms": int | [int, ...], "max_event_time_ahead_ms": null}
 
 ``event_time`` names the field of the landed JSON event the query takes its event time from;
@@ -51,10 +51,14 @@ quarantine queries) records null. :func:`late_rule` builds the dict. When the jo
 landing folders with :func:`watermark_ops.spark.inputs.classified_json_stream` and passes the same
 schema, the rule also carries ``"inputs": [{"event_time": field, "schema": {field: "long" | "int" |
 "double" | "string"}, "required": {reason: field}}]`` (one per source in plan order), so the
-ledger replays the landed lines with the job's own schema, whatever the job.
+ledger replays the landed lines with the job's own schema, whatever the job. For a job run by the
+launcher (:mod:`watermark_ops.spark.launch`) each entry says what the launcher saw of the job's
+reader and what the run pattern declared: ``{"event_time", "parsing": "job", "format": "csv" | ...,
+"schema_ddl", "options", "pre_watermark": "module:function" | null, "reason_column", "watermark_column",
+"schema": {}, "required": {}}``; such a source is replayed in Spark only (:mod:`watermark_ops.spark.replay`).
 
 ``event_time_max_ms_by_partition`` is the newest event time (epoch ms UTC) of the batch's rows per
-value of ``partition_column`` (``{"EWR": ms, "JFK": ms, "LGA": ms}``; null: no row of it in the
+value of ``partition_column`` (``{"north": ms, "south": ms}``; null: no row of it in the
 batch), the skew Spark's one ``eventTime.max`` hides: all partitions share one watermark, so the
 rows of a partition that trails the others are the ones dropped as late. A job records it by
 wrapping its watermarked input in :func:`observe_partition_event_times` (``Dataset.observe``, no
@@ -63,7 +67,7 @@ batch's ``StreamingQueryProgress.observedMetrics``. Both fields are null for a q
 
 ``rows_dropped_by_watermark`` is Spark's own metric, counted at the stateful operator's input: for
 an aggregation that input is already partially aggregated, so it counts late *groups* (one per
-window, key and input partition), not late events; 48 late flights of one day showed as 8. Late
+window, key and input partition), not late events; 48 late rows of one day showed as 8. Late
 rows are filtered against the watermark of the previous batch: under ``availableNow`` the trailing
 no-data batch makes that the watermark the run computed; under ``once`` it is one run older.
 
@@ -123,7 +127,7 @@ def observe_partition_event_times(frame, column: str, partitions, event_time: st
     the watermark operator sees, late rows included (as Spark's own ``eventTime.max``).
 
     :param frame: a streaming DataFrame with ``column`` and ``event_time`` (a timestamp column).
-    :param partitions: the values to keep apart (e.g. ``("EWR", "JFK", "LGA")``), non-empty.
+    :param partitions: the values to keep apart (e.g. ``("north", "south", "east")``), non-empty.
     :raises ValueError: for no partitions, or a partition named like :data:`OTHER_PARTITION`.
     """
     from pyspark.sql import functions as F
