@@ -281,3 +281,24 @@ def test_a_corrupt_huge_log_offset_is_named_and_never_expanded(tmp_path):
     log = read_source_log(storage, f"{root}/sources/0", range(0, 5000))
     (missing,) = log.problems
     assert log.newest == 2 and "no file holds log offsets 3..4999" in missing.message and "(newest entry: 2)" in missing.message
+
+
+def test_the_quarantine_check_fails_a_run_that_sets_aside_most_rows_naming_the_reason_and_an_example():
+    from watermark_ops.core.ledger import quarantine_check
+
+    example = {"batch_id": 4, "file": "file:///landing/readings_3.csv", "line": 2, "event": {"event_time": "HIGH"}}
+    run = {"run_tag": "day-3", "rows_in": 72, "rows_quarantined": 70, "rows_aggregated": 2, "rows_late": 0,
+           "quarantined_by_reason": {"bad_event_time": 66, "gust_not_a_number": 4, "null_event_time": 0},
+           "set_aside_examples": {"bad_event_time": example}, "complete": True}
+    message = quarantine_check(run)
+    assert message.startswith("run day-3 set aside 70 of its 72 input rows (97.2%, more than the 50% allowed)")
+    assert "top reason bad_event_time (66 rows)" in message
+    assert 'e.g. file:///landing/readings_3.csv line 2: {"event_time": "HIGH"}' in message
+    assert quarantine_check(run, max_quarantine_rate=0.99) is None
+    # Input rows and no aggregated row fails whatever the rate: every row late, or a function that drops all.
+    late = {**run, "rows_quarantined": 0, "rows_aggregated": 0, "rows_late": 72, "quarantined_by_reason": {}}
+    assert "read 72 rows and aggregated none (0 set aside, 72 late)" in quarantine_check(late)
+    assert quarantine_check({**late, "complete": False}) is None  # an incomplete ledger knows no aggregated count
+    assert quarantine_check({**run, "rows_in": 0}) is None and quarantine_check({**run, "rows_quarantined": 3}) is None
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        quarantine_check(run, 2)
