@@ -80,7 +80,7 @@ class Source:
         """The schema as DDL text (a ``StructType`` is written ``name TYPE, ...``), None without one."""
         if self.schema is None or isinstance(self.schema, str):
             return self.schema
-        return ", ".join(f"`{f.name}` {f.dataType.simpleString().upper()}" for f in self.schema.fields)
+        return ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in self.schema.fields)
 
 
 @dataclass
