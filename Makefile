@@ -1,4 +1,4 @@
-# The two commands a newcomer runs (see README): `make run` and `make test`.
+# The two commands a newcomer runs (see README): `make run` and `make test`; `make docs` builds the docs site.
 SHELL := /bin/bash
 VENV := $(CURDIR)/.venv
 PY := $(VENV)/bin/python
@@ -22,7 +22,7 @@ export PYSPARK_PYTHON := $(PY)
 # Logical dates (America/New_York midnights) that `make run` runs, one DAG run each.
 DATES ?= 2013-01-01 2013-01-02 2013-01-03
 
-.PHONY: venv run test bench up down clean screenshot s3-up s3-down
+.PHONY: venv run test docs bench up down clean screenshot s3-up s3-down
 venv: $(VENV)/.installed
 
 $(VENV)/.installed: requirements.txt pyproject.toml
@@ -43,11 +43,17 @@ run: venv
 test: venv
 	$(PY) -m pytest
 
-# The README's pictures of the watermark pages (after `make run`): a real api-server, headless chromium.
+# The documentation site (docs/, mkdocs.yml) into $(WATERMARK_OPS_HOME)/site: open its index.html.
+# Strict (mkdocs.yml): a broken link or reference fails, as in tests/test_docs.py.
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir $(WATERMARK_OPS_HOME)/site
+	@echo "Open $(WATERMARK_OPS_HOME)/site/index.html"
+
+# The docs' pictures of the watermark pages (after `make run`): a real api-server, headless chromium.
 screenshot: venv
 	$(PY) -m watermark_ops.examples.flights.screenshot
 
-# Figures, not asserts (README "Performance"): the audit and a poke vs cat, DAG file imports,
+# Figures, not asserts (docs/performance.md): the audit and a poke vs cat, DAG file imports,
 # the overview at 1,000 checkpoints (local api-server and the S3 server), the monitor cycle at 1,000
 # checkpoints (local and on the S3 server, about 15 minutes), availableNow vs batch over January,
 # then all of 2013 per state store (about 20 minutes), then submit vs Spark Connect per DAG run and

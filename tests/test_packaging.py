@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.packaging_fixtures import copy_checkout, uv
+
 pytestmark = pytest.mark.timeout(900)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -134,17 +136,30 @@ def test_provider_info_validates_against_airflows_schema():
 # --- Airflow loads it: the installed distribution's entry points -----------------------------------
 
 
-def _airflow_env(tmp_path: Path, lazy: bool) -> dict[str, str]:
+def _airflow_env(tmp_path: Path, lazy: bool, checkout: Path = REPO) -> dict[str, str]:
+    """Airflow's environment in ``checkout`` as the Makefile sets it (its plugins folder, plugins/ and
+    spark_jobs/ on sys.path)."""
     env = dict(os.environ)
     env.update({
         "AIRFLOW_HOME": str(tmp_path / f"airflow-{lazy}"),
-        "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(checkout / "plugins"),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(checkout / "dags"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__LAZY_DISCOVER_PROVIDERS": str(lazy),
-        "PYTHONPATH": os.pathsep.join([str(REPO / "plugins"), str(REPO / "spark_jobs")]),
+        "PYTHONPATH": os.pathsep.join([str(checkout / "plugins"), str(checkout / "spark_jobs")]),
         "PATH": str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", ""),
     })
     return env
+
+
+def _plugin_import_errors(env: dict[str, str], cwd: Path = REPO) -> dict[str, str]:
+    """The plugin manager's import errors (``airflow plugins`` does not print them), loaded in a fresh
+    interpreter started in ``cwd`` (on its sys.path, as for any ``python -c``)."""
+    errors = subprocess.run([sys.executable, "-c", "import json; from airflow import plugins_manager as m; "
+                             "print(json.dumps(m.get_import_errors()))"],
+                            env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
+    assert errors.returncode == 0, errors.stderr[-2000:]
+    return json.loads(errors.stdout.strip().splitlines()[-1])
 
 
 def test_the_installed_distribution_declares_this_pyprojects_entry_points():
@@ -166,12 +181,28 @@ def test_airflow_loads_the_plugin_once_without_import_errors(tmp_path, lazy):
     assert len(ours) == 1, plugins
     assert "watermark_ops.airflow.plugin:WatermarkOpsPlugin" in ours[0]["source"]
     assert [a["url_prefix"] for a in ours[0]["fastapi_apps"]] == ["/watermark-ops"]
-    # `airflow plugins` does not print import errors: the plugin manager's own list, same settings.
-    errors = subprocess.run([sys.executable, "-c", "import json; from airflow import plugins_manager as m; "
-                             "print(json.dumps(m.get_import_errors()))"],
-                            env=env, capture_output=True, text=True, timeout=300)
-    assert errors.returncode == 0, errors.stderr[-2000:]
-    assert json.loads(errors.stdout.strip().splitlines()[-1]) == {}
+    assert _plugin_import_errors(env) == {}
+
+
+def test_building_the_package_in_a_checkout_changes_nothing_its_airflow_loads(tmp_path):
+    """``uv build`` (an sdist, then the wheel from it) and ``pip wheel .`` run inside a checkout. By
+    default setuptools writes ``watermark_ops.egg-info`` beside the package, into plugins/, which is
+    on sys.path here: importlib.metadata then finds the distribution twice and Airflow reported
+    "Plugin 'watermark_ops' already registered" as an import error. setup.cfg puts it in build/."""
+    checkout = copy_checkout(tmp_path / "checkout")
+    built = subprocess.run([uv(), "build", "--out-dir", str(tmp_path / "dist"), str(checkout)],
+                           capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stdout + built.stderr
+    wheeled = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                              "--wheel-dir", str(tmp_path / "pip-dist"), "."],
+                             cwd=checkout, capture_output=True, text=True, timeout=600)
+    assert wheeled.returncode == 0, wheeled.stdout + wheeled.stderr
+    assert len(list((tmp_path / "dist").glob("*.whl"))) == 1 and len(list((tmp_path / "pip-dist").glob("*.whl"))) == 1
+    # Metadata only where no sys.path of this checkout looks (the root: `python -c` started here).
+    on_sys_path = [checkout, checkout / "plugins", checkout / "dags", checkout / "spark_jobs"]
+    assert [str(m) for folder in on_sys_path for m in folder.glob("*.*-info")] == []
+    assert (checkout / "build" / "watermark_ops.egg-info").is_dir()
+    assert _plugin_import_errors(_airflow_env(tmp_path, False, checkout), cwd=checkout) == {}
 
 
 def test_airflow_lists_the_provider(tmp_path):

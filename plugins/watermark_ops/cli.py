@@ -10,6 +10,8 @@ Subcommands (this module owns every one of them: arguments here, the work in
     watermark-ops lateness CHECKPOINT [--json] [--landing DIR ...] [--event-time-field F]
     watermark-ops late CHECKPOINT [--json] [--sink DIR] [--batch N ...]
     watermark-ops accept-reset CHECKPOINT --why TEXT --state FILE [--by NAME] [--json]
+    watermark-ops state CHECKPOINT [--json] [--min-batches-to-retain N] [--growing-batches N] [--max-chain N]
+    watermark-ops preflight CHECKPOINT [--conf KEY=VALUE ...] [--spark-version X] [--json]
 
     every subcommand also takes [--conn-id ID] [--storage-options JSON]
 
@@ -52,6 +54,9 @@ the one its ``metadata`` has now, by whom (``--by``, default the login name), wh
 ``reset_accepted`` (info) instead of failing with ``checkpoint_reset``; a reset to any other query
 id still fails. Exit 0 when recorded; 2 when there is nothing to accept (no remembered audit, no
 query id yet, the same query id) or the state file is malformed.
+
+``state`` and ``preflight`` (the state of each stateful operator and its findings; will the next
+restart work: go, warn or no-go) are registered here and live in :mod:`watermark_ops.state_cli`.
 
 Checkpoints on object storage (``s3://``, ``gs://``, ``abfs://``, ...): a URL is read through
 fsspec (for S3, s3fs with botocore), which honours the standard environment of its SDK: for S3
@@ -105,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
          _late_arguments, _late),
         ("accept-reset", "record that a checkpoint was reset on purpose, so the next audit accepts its new query id",
          _accept_reset_arguments, _accept_reset),
+        *_state_subcommands(),
     ):
         sub = subparsers.add_parser(name, help=help_text, description=help_text,
                                     formatter_class=_LazyHelpFormatter)
@@ -250,6 +256,16 @@ def _accept_reset(args: argparse.Namespace) -> int:
           f"{head.head_batch_id}, watermark {render.watermark_text(head.watermark_ms)}) to {acceptance.to_query_id} "
           f"{acceptance.describe()}; recorded in {args.state}, the next audit reports it as reset_accepted")
     return 0
+
+
+# --------------------------------------------------------------------------------------------
+# state, preflight (the arguments and the work in watermark_ops.state_cli)
+
+
+def _state_subcommands() -> list[tuple]:
+    from watermark_ops import state_cli
+
+    return state_cli.SUBCOMMANDS
 
 
 # --------------------------------------------------------------------------------------------

@@ -22,8 +22,10 @@ ALLOWED = {
     "core": {"core"},
     "render": {"core"},
     "render_html": {"core", "render"},
+    "render_state": {"core", "render"},
     # the CLI imports airflow.storage lazily, only for --conn-id (an Airflow connection)
-    "cli": {"core", "render", "airflow"},
+    "cli": {"core", "render", "airflow", "state_cli"},
+    "state_cli": {"core", "render", "render_state"},  # the state and preflight subcommands
     "__main__": {"cli"},
     "airflow": {"core", "render", "render_html"},
     "spark": {"core"},  # the driver side of a user's job (pyspark); nothing else imports it

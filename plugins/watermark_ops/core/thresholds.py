@@ -1,4 +1,5 @@
-"""The thresholds of the stall classification (:mod:`watermark_ops.core.stall`).
+"""The thresholds of the stall classification (:mod:`watermark_ops.core.stall`) and of the state
+findings (:class:`StateThresholds`, :mod:`watermark_ops.core.state.rules`).
 
 Durations are plain ``datetime.timedelta`` values (or None: that check is disabled); people give
 them as seconds or ISO-8601 durations (``PT6H``), parsed by :func:`watermark_ops.core.times.duration`.
@@ -16,7 +17,7 @@ from typing import Any
 
 from watermark_ops.core.times import duration, duration_ms
 
-__all__ = ["DEFAULT_THRESHOLDS", "Thresholds"]
+__all__ = ["DEFAULT_STATE_THRESHOLDS", "DEFAULT_THRESHOLDS", "StateThresholds", "Thresholds"]
 
 
 @dataclass(frozen=True)
@@ -107,3 +108,54 @@ class Thresholds:
 
 
 DEFAULT_THRESHOLDS = Thresholds()
+
+
+@dataclass(frozen=True)
+class StateThresholds:
+    """The thresholds of the state findings (counts of batches or versions; None disables a check).
+
+    :ivar growing_batches: ``state_growing`` when an operator's rows rose over this many newest
+        batches read while the watermark advanced and nothing was removed (default 10: a healthy
+        window aggregation evicts at least once in ten batches unless its windows are longer than
+        ten triggers; raise it for day-long windows on hourly runs).
+    :ivar max_chain: ``state_never_compacted`` when a restart must replay more than this many
+        delta or changelog files for one partition and store since the last snapshot (default 20:
+        twice Spark's ``spark.sql.streaming.stateStore.minDeltasForSnapshot``, 10; a maintenance
+        task that runs snapshots well before that).
+    :ivar max_versions_over_retain: ``state_files_accumulating`` when a store keeps more versions
+        than ``minBatchesToRetain`` plus this many (default 20: the maintenance task deletes what a
+        snapshot no longer needs, so a healthy store keeps about ``minBatchesToRetain`` plus one
+        snapshot interval).
+    """
+
+    growing_batches: int | None = 10
+    max_chain: int | None = 20
+    max_versions_over_retain: int | None = 20
+
+    def __post_init__(self) -> None:
+        for item in fields(self):
+            value = getattr(self, item.name)
+            if isinstance(value, str):
+                value = None if value.strip().lower() == "none" else int(value) if value.strip().isdigit() else value
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{item.name}: expected a whole number >= 1 or None, got {getattr(self, item.name)!r}")
+            object.__setattr__(self, item.name, value)
+
+    def to_dict(self) -> dict[str, int | None]:
+        """JSON-ready: every threshold by name."""
+        return {item.name: getattr(self, item.name) for item in fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StateThresholds:
+        """The inverse of :meth:`to_dict` (missing keys take the defaults).
+
+        :raises ValueError: for an unknown key or a bad value.
+        """
+        known = {item.name for item in fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"unknown state threshold keys {sorted(unknown)}; expected {sorted(known)}")
+        return cls(**data)
+
+
+DEFAULT_STATE_THRESHOLDS = StateThresholds()

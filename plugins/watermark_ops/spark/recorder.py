@@ -18,6 +18,8 @@ appended to ``<checkpoint>.progress.jsonl`` (beside the checkpoint). One line pe
      "state_rows_removed": int,   # rows leaving the state store; in append mode = windows emitted
      "rows_dropped_by_watermark": int,  # Spark's numRowsDroppedByWatermark, see below
      "state_rows": int,           # rows held in the state store after the batch
+     "state_operators": [{"name": str, "rows_total": int, "rows_removed": int,  # the same, per stateful
+                          "rows_dropped_by_watermark": int}],  # operator in Spark's order (= operator id)
      "duration_ms": {"triggerExecution": int, ...},
      "observed_metrics": {name: {metric: value}},  # Dataset.observe metrics of the batch
      "partition_column": str | null,  # e.g. "station": the column event times are kept apart by, see below
@@ -216,6 +218,10 @@ def progress_record(progress: dict[str, Any], run_tag: str | None, spark_trigger
         "state_rows_removed": sum(int(op.get("numRowsRemoved") or 0) for op in operators),
         "rows_dropped_by_watermark": sum(int(op.get("numRowsDroppedByWatermark") or 0) for op in operators),
         "state_rows": sum(int(op.get("numRowsTotal") or 0) for op in operators),
+        "state_operators": [{"name": op.get("operatorName"), "rows_total": int(op.get("numRowsTotal") or 0),
+                             "rows_removed": int(op.get("numRowsRemoved") or 0),
+                             "rows_dropped_by_watermark": int(op.get("numRowsDroppedByWatermark") or 0)}
+                            for op in operators],
         "duration_ms": progress.get("durationMs") or {},
         "observed_metrics": observed,
         "partition_column": partition_column,

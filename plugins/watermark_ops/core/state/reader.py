@@ -1,0 +1,482 @@
+"""Read the state of a checkpoint without a JVM: per stateful operator, what it holds and what a
+restart will load.
+
+:func:`read_state` reads once and returns a plain value (:class:`CheckpointState`); the rules
+(:mod:`watermark_ops.core.state.rules`, :mod:`watermark_ops.core.state.preflight`) are pure
+functions of it. What it reads:
+
+* the operators' metadata and state schemas (:func:`watermark_ops.core.state.metadata.read_state_metadata`):
+  id, Spark's operator name (``stateStoreSave``, ``dedupe``, ``dedupeWithinWatermark``,
+  ``symmetricHashJoin``, ...), stores, and which state columns carry ``spark.watermarkDelayMs``;
+* the offset and commit logs (:func:`watermark_ops.core.checkpoint.read_checkpoint`, unless a read
+  checkpoint is given): the batch a restart starts from (so the state version it loads), the frozen
+  confs (provider), each batch's watermark, ``stateUniqueIds`` (checkpoint format version 2);
+* one listing per partition and store folder (sizes included), then the files of the chain a
+  restart loads and of the newest versions (:mod:`watermark_ops.core.state.chain`), read at once;
+* the job's progress log beside the checkpoint (``<checkpoint>.progress.jsonl``) when the recorder
+  wrote one: Spark's own per-operator figures (``stateOperators``: ``numRowsTotal``,
+  ``numRowsRemoved``, ``numRowsDroppedByWatermark``) per batch.
+
+Rows per batch come from the progress log when it has them, else from the files (exact: see
+:mod:`watermark_ops.core.state.chain`); the files' counts are kept either way (``file_rows``). A
+join's rows are those of its two ``*-keyWithIndexToValue`` stores, as Spark counts them
+(``SymmetricHashJoinStateManager.metrics``). Bytes on disk measure versions since the last
+snapshot, not state size (eviction appends tombstones); rows measure state.
+
+Pure core: imports neither Airflow nor Spark.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from watermark_ops.core.log_formats import ReadProblem, is_batch_file_name
+from watermark_ops.core.state.chain import DataFile, StoreChain, count_rows, list_store, plan_chain, sized_listing
+from watermark_ops.core.state.files import StateFileError, changelog_records
+from watermark_ops.core.state.metadata import StateOperator, read_state_metadata
+from watermark_ops.core.storage import _resolve
+
+__all__ = ["DEFAULT_HISTORY_VERSIONS", "DEFAULT_MAX_REPLAY_BYTES", "DEFAULT_MIN_BATCHES_TO_RETAIN", "PROVIDER_CONF",
+           "CheckpointState", "OperatorState", "StateBatch", "provider_of_class", "read_state", "state_of"]
+
+#: The SQL conf naming the state store provider (frozen in ``offsets/N`` ``conf``).
+PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
+#: RocksDB zips whose ``numKeys`` are read per store (the newest versions), for rows per batch.
+DEFAULT_HISTORY_VERSIONS = 30
+#: The most bytes of state files read to count rows; a bigger chain is listed and checked by
+#: name, not counted (the operator says so).
+DEFAULT_MAX_REPLAY_BYTES = 256 * 1024 * 1024
+#: Spark's default ``spark.sql.streaming.minBatchesToRetain`` (a session conf no checkpoint file records).
+DEFAULT_MIN_BATCHES_TO_RETAIN = 100
+#: The join stores whose rows Spark reports as the operator's rows.
+JOIN_ROW_STORE_SUFFIX = "-keyWithIndexToValue"
+
+
+def provider_of_class(class_name: str | None) -> str | None:
+    """``hdfs`` | ``rocksdb`` | the class name itself for another provider; None for None."""
+    if not class_name:
+        return None
+    if class_name.endswith("HDFSBackedStateStoreProvider"):
+        return "hdfs"
+    if class_name.endswith("RocksDBStateStoreProvider"):
+        return "rocksdb"
+    return class_name
+
+
+@dataclass(frozen=True)
+class StateBatch:
+    """One batch of one operator: ``rows`` held after it, ``removed`` by it, ``dropped_by_watermark``
+    (progress log only), ``watermark_ms`` (offsets ``batchWatermarkMs``, epoch ms UTC); None: unknown."""
+
+    batch_id: int
+    rows: int | None = None
+    removed: int | None = None
+    dropped_by_watermark: int | None = None
+    watermark_ms: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every attribute."""
+        return {"batch_id": self.batch_id, "rows": self.rows, "removed": self.removed,
+                "dropped_by_watermark": self.dropped_by_watermark, "watermark_ms": self.watermark_ms}
+
+
+@dataclass(frozen=True)
+class OperatorState:
+    """One stateful operator as read (see the module docstring).
+
+    :ivar name: Spark's operator name, None without operator metadata (Spark before 3.5).
+    :ivar partitions: partition folders on disk (the frozen ``spark.sql.shuffle.partitions``).
+    :ivar provider: ``hdfs`` | ``rocksdb`` (from the files, else the frozen conf), None if unknown.
+    :ivar changelog: RocksDB changelog checkpointing.
+    :ivar format_version: checkpoint format version (1, or 2: unique ids in names), None without files.
+    :ivar bounded_by_watermark: True when a watermark can evict the state, False when none can
+        (``bound_reason`` says why), None when the files cannot tell.
+    :ivar batches: rows per batch, oldest first (``rows_source``: ``progress`` | ``files``).
+    :ivar file_rows: ``{batch id: rows}`` counted from the files (every partition and counted store).
+    :ivar count_note: why rows could not be counted from the files (or only in part), else None.
+    :ivar target_version: the version a restart loads; ``chain_length``: the most files a restart
+        replays for one partition and store; ``base_versions``: the snapshot / zip versions the
+        load starts from (0: from empty); ``snapshot_version``: the newest snapshot on disk.
+    :ivar versions_kept: the most versions on disk for one store; ``oldest_version`` /
+        ``latest_version`` over all stores.
+    :ivar missing_files: files the restart needs that are not there; ``problems`` files that could
+        not be read (truncated, corrupt, unsupported codec).
+    """
+
+    operator_id: int
+    name: str | None
+    stores: tuple[str, ...]
+    partitions: int
+    provider: str | None
+    changelog: bool
+    format_version: int | None
+    bounded_by_watermark: bool | None
+    bound_reason: str
+    watermark_columns: tuple[dict[str, Any], ...]
+    batches: tuple[StateBatch, ...]
+    rows_source: str | None
+    file_rows: dict[int, int]
+    count_note: str | None
+    target_version: int | None
+    chain_length: int
+    base_versions: tuple[int, ...]
+    snapshot_version: int | None
+    versions_kept: int
+    oldest_version: int | None
+    latest_version: int | None
+    bytes_on_disk: int
+    files_on_disk: int
+    missing_files: tuple[str, ...]
+    problems: tuple[ReadProblem, ...]
+    folder: str
+    chains: tuple[StoreChain, ...] = field(default=(), repr=False, compare=False)
+
+    @property
+    def rows(self) -> list[int | None]:
+        """Rows held per batch read, oldest first (newest last)."""
+        return [b.rows for b in self.batches]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: ``rows`` and ``batch_ids`` are parallel lists, newest last."""
+        return {
+            "operator_id": self.operator_id, "name": self.name, "stores": list(self.stores),
+            "partitions": self.partitions, "provider": self.provider, "changelog": self.changelog,
+            "format_version": self.format_version, "bounded_by_watermark": self.bounded_by_watermark,
+            "bound_reason": self.bound_reason, "watermark_columns": [dict(c) for c in self.watermark_columns],
+            "batch_ids": [b.batch_id for b in self.batches], "rows": self.rows,
+            "removed": [b.removed for b in self.batches],
+            "dropped_by_watermark": [b.dropped_by_watermark for b in self.batches],
+            "watermark_ms": [b.watermark_ms for b in self.batches], "rows_source": self.rows_source,
+            "file_rows": {str(k): v for k, v in sorted(self.file_rows.items())}, "count_note": self.count_note,
+            "target_version": self.target_version, "chain_length": self.chain_length,
+            "base_versions": list(self.base_versions), "snapshot_version": self.snapshot_version,
+            "versions_kept": self.versions_kept, "oldest_version": self.oldest_version,
+            "latest_version": self.latest_version, "bytes_on_disk": self.bytes_on_disk,
+            "files_on_disk": self.files_on_disk, "missing_files": list(self.missing_files),
+            "problems": [p.to_dict() for p in self.problems], "folder": self.folder,
+        }
+
+
+@dataclass(frozen=True)
+class CheckpointState:
+    """The state of a checkpoint (:func:`read_state`).
+
+    :ivar committed_batch_id: the newest committed batch (the restart loads version +1), None if none.
+    :ivar conf: the head batch's frozen confs (offsets ``conf``), {} if unknown.
+    :ivar min_batches_to_retain: what the versions kept are compared with (the caller's, default 100).
+    :ivar problems: metadata and listing problems (file problems are per operator).
+    """
+
+    location: str
+    has_state_folder: bool
+    operators: tuple[OperatorState, ...] = ()
+    committed_batch_id: int | None = None
+    conf: dict[str, str] = field(default_factory=dict)
+    min_batches_to_retain: int = DEFAULT_MIN_BATCHES_TO_RETAIN
+    problems: tuple[ReadProblem, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"location", "has_state_folder", "committed_batch_id", "min_batches_to_retain", "operators", "problems"}``."""
+        return {"location": self.location, "has_state_folder": self.has_state_folder,
+                "committed_batch_id": self.committed_batch_id, "min_batches_to_retain": self.min_batches_to_retain,
+                "operators": [op.to_dict() for op in self.operators],
+                "problems": [p.to_dict() for p in self.problems]}
+
+
+def read_state(location: Any, *, filesystem: Any = None, storage_options: dict[str, Any] | None = None,
+               checkpoint: Any = None, progress_records: Iterable[dict[str, Any]] | None = None,
+               min_batches_to_retain: int = DEFAULT_MIN_BATCHES_TO_RETAIN,
+               history_versions: int = DEFAULT_HISTORY_VERSIONS,
+               max_replay_bytes: int = DEFAULT_MAX_REPLAY_BYTES) -> CheckpointState:
+    """Read the state of the checkpoint at ``location`` (module docstring).
+
+    :param location: the checkpoint folder (local path, fsspec URL, ``ObjectStoragePath``).
+    :param checkpoint: the :class:`~watermark_ops.core.checkpoint.Checkpoint` already read, else
+        it is read here (whole).
+    :param progress_records: the job's progress records, else the log beside the checkpoint is read
+        (missing: none); pass ``()`` to count from the files only.
+    :param min_batches_to_retain: the query's ``spark.sql.streaming.minBatchesToRetain``.
+    :param history_versions: RocksDB zips read per store for rows per batch (newest first).
+    :param max_replay_bytes: the most bytes of state files read to count rows.
+    :return: a :class:`CheckpointState`; what cannot be read is a :class:`ReadProblem` naming
+        the file, never raised.
+    """
+    from watermark_ops.core.checkpoint import read_checkpoint
+    from watermark_ops.core.progress import progress_log_path, read_progress_log
+
+    storage, root = _resolve(location, filesystem, storage_options)
+    if checkpoint is None:
+        checkpoint = read_checkpoint(location, filesystem=filesystem, storage_options=storage_options)
+    if progress_records is None:
+        try:
+            progress_records = read_progress_log(progress_log_path(storage.display(root)), filesystem=filesystem,
+                                                 storage_options=storage_options).records
+        except OSError:
+            progress_records = []
+    metadata = read_state_metadata(location, filesystem=filesystem, storage_options=storage_options)
+    return state_of(storage, root, checkpoint, metadata, list(progress_records), min_batches_to_retain,
+                    history_versions, max_replay_bytes)
+
+
+def state_of(storage: Any, root: str, checkpoint: Any, metadata: Any, progress_records: list[dict[str, Any]],
+             min_batches_to_retain: int = DEFAULT_MIN_BATCHES_TO_RETAIN,
+             history_versions: int = DEFAULT_HISTORY_VERSIONS,
+             max_replay_bytes: int = DEFAULT_MAX_REPLAY_BYTES) -> CheckpointState:
+    """:func:`read_state` on a resolved storage, with the checkpoint, the state metadata and the
+    progress records already read (what a caller holding one snapshot of the checkpoint passes)."""
+    shown = storage.display(root)
+    committed = [b.batch_id for b in checkpoint.batches if b.committed]
+    committed_id = max(committed) if committed else None
+    head = checkpoint.batch(checkpoint.head_batch_id) if checkpoint.head_batch_id is not None else None
+    conf = dict(head.conf or {}) if head is not None and head.conf else {}
+    if not metadata.has_state_folder:
+        return CheckpointState(shown, False, committed_batch_id=committed_id, conf=conf,
+                               min_batches_to_retain=min_batches_to_retain, problems=tuple(metadata.problems))
+    problems = list(metadata.problems)
+    target = committed_id + 1 if committed_id is not None else None
+    commit = checkpoint.batch(committed_id).commit if committed_id is not None else None
+    unique_ids = (commit.metadata.get("stateUniqueIds") if commit is not None else None) or {}
+    watermarks = {b.batch_id: b.watermark_ms for b in checkpoint.batches}
+    planned = []
+    for op in metadata.operators:
+        chains = _operator_chains(storage, f"{root}/state/{op.operator_id}", op, problems)
+        ids = unique_ids.get(str(op.operator_id)) if isinstance(unique_ids, dict) else None
+        stores = _store_names(op, chains)
+        for chain in chains:
+            plan_chain(chain, target if target is not None else (max(chain.versions) if chain.versions else None),
+                       _ids_of(ids, chain, stores, target))
+        planned.append((op, chains, stores))
+    _lineage(storage, [c for _, chains, _ in planned for c in chains], problems)
+    to_read: dict[str, str] = {}  # shown -> inside the storage
+    budget_ok = {}
+    for op, chains, _ in planned:
+        wanted = [f for c in chains for f in _files_to_read(c, history_versions)]
+        total = sum(f.size or 0 for f in wanted)
+        budget_ok[op.operator_id] = total <= max_replay_bytes
+        if budget_ok[op.operator_id]:
+            to_read.update({f.path: f"{c.internal}/{f.path.rsplit('/', 1)[-1]}" for c in chains
+                            for f in _files_to_read(c, history_versions)})
+    raw = storage.read(list(to_read.values()))
+
+    def content(path: str) -> bytes | Exception:
+        return raw(to_read[path]) if path in to_read else FileNotFoundError(path)
+
+    operators = []
+    for op, chains, stores in planned:
+        if budget_ok[op.operator_id]:
+            for chain in chains:
+                count_rows(chain, content, [f for f in _files_to_read(chain, history_versions) if f.kind == "zip"])
+        operators.append(_operator_state(op, chains, stores, conf, progress_records, checkpoint, watermarks,
+                                         budget_ok[op.operator_id], max_replay_bytes,
+                                         storage.display(f"{root}/state/{op.operator_id}"), len(planned)))
+    return CheckpointState(shown, True, tuple(operators), committed_id, conf, min_batches_to_retain, tuple(problems))
+
+
+def _operator_chains(storage: Any, folder: str, op: StateOperator, problems: list[ReadProblem]) -> list[StoreChain]:
+    """Every partition and store folder of an operator, listed (sizes included)."""
+    try:
+        top = sized_listing(storage, folder)
+    except Exception as exc:  # noqa: BLE001 - reported, not guessed
+        problems.append(ReadProblem("unreadable", storage.display(folder), f"cannot list the folder: {exc!r}"))
+        return []
+    chains = []
+    for name in sorted((n for n, (kind, _) in top.items() if kind == "directory" and is_batch_file_name(n)), key=int):
+        partition_folder = f"{folder}/{name}"
+        try:
+            listing = sized_listing(storage, partition_folder)
+        except Exception as exc:  # noqa: BLE001
+            problems.append(ReadProblem("unreadable", storage.display(partition_folder), f"cannot list the folder: {exc!r}"))
+            continue
+        named = [n for n, (kind, _) in listing.items() if kind == "directory" and n not in ("_metadata", "SSTs")]
+        if named and not any(n.endswith((".delta", ".snapshot", ".zip", ".changelog")) for n in listing):
+            for store in sorted(named):
+                store_folder = f"{partition_folder}/{store}"
+                try:
+                    chain = list_store(storage, store_folder, int(name), store)
+                except Exception as exc:  # noqa: BLE001
+                    problems.append(ReadProblem("unreadable", storage.display(store_folder),
+                                                f"cannot list the folder: {exc!r}"))
+                    continue
+                chains.append(chain)
+        else:
+            chain = list_store(storage, partition_folder, int(name), "default", listing)
+            chains.append(chain)
+    return chains
+
+
+def _store_names(op: StateOperator, chains: list[StoreChain]) -> tuple[str, ...]:
+    found = tuple(sorted({c.store for c in chains}))
+    return op.stores if op.stores and set(found) <= set(op.stores) else (found or op.stores or ("default",))
+
+
+def _ids_of(ids: Any, chain: StoreChain, stores: tuple[str, ...], target: int | None) -> dict[int, str] | None:
+    """The unique id of the target version of this partition and store (format version 2)."""
+    if target is None or not isinstance(ids, list) or chain.partition >= len(ids):
+        return None
+    per_store = ids[chain.partition]
+    index = stores.index(chain.store) if chain.store in stores else 0
+    if isinstance(per_store, list) and index < len(per_store) and isinstance(per_store[index], str):
+        return {target: per_store[index]}
+    return None
+
+
+def _lineage(storage: Any, chains: list[StoreChain], problems: list[ReadProblem]) -> None:
+    """Format version 2: read the target changelog of each store first, and plan again with the
+    unique ids its lineage names (``StateStoreChangelogWriterV3/V4.writeLineage``)."""
+    heads = {}
+    for chain in chains:
+        target = chain.target_version
+        if target is None or not any(f.unique_id for f in chain.files):
+            continue
+        head = next((f for f in chain.replay if f.version == target), None)
+        if head is not None:
+            heads[chain.internal + "/" + head.path.rsplit("/", 1)[-1]] = (chain, head)
+    if not heads:
+        return
+    raw = storage.read(list(heads))
+    for path, (chain, head) in heads.items():
+        data = raw(path)
+        if isinstance(data, Exception):
+            continue  # reported when the chain is read
+        try:
+            _, lineage, _ = changelog_records(data)
+        except StateFileError:
+            continue
+        ids = {head.version: head.unique_id}
+        for item in lineage or []:
+            if isinstance(item, dict) and isinstance(item.get("version"), int):
+                ids[item["version"]] = item.get("checkpointUniqueId")
+        chain.replay, chain.missing, chain.needed_zip = [], [], None
+        plan_chain(chain, chain.target_version, ids)
+
+
+def _files_to_read(chain: StoreChain, history_versions: int) -> list[DataFile]:
+    files = list(chain.replay)
+    if chain.provider == "hdfs" and chain.base_version:
+        files += [f for f in chain.files if f.version == chain.base_version and f.kind == "snapshot"][:1]
+    if chain.provider == "rocksdb":
+        top = chain.target_version or 0
+        zips = [f for f in chain.files if f.kind == "zip" and f.version <= top]
+        zips = zips[-history_versions:] if not chain.changelog else zips
+        if chain.needed_zip is not None and chain.needed_zip not in zips:
+            zips.append(chain.needed_zip)
+        files += zips
+    return files
+
+
+def _counted_stores(stores: tuple[str, ...]) -> set[str]:
+    joined = {s for s in stores if s.endswith(JOIN_ROW_STORE_SUFFIX)}
+    return joined or set(stores)
+
+
+def _bound(op: StateOperator, stores: tuple[str, ...]) -> tuple[bool | None, str]:
+    """Whether a watermark can evict the operator's state, from its name and state schema."""
+    columns = op.watermark_columns
+    name = op.name
+    described = ", ".join(f"{c['store']} {c['key_or_value']} column {c['column']} (delay {c['delay_ms']} ms)"
+                          for c in columns)
+    if name == "dedupeWithinWatermark":
+        return True, "dropDuplicatesWithinWatermark: each key expires once the watermark passes its event time"
+    if name == "symmetricHashJoin":
+        sides = {side: any(c["store"].startswith(side + "-") for c in columns) for side in ("left", "right")}
+        if all(sides.values()):
+            return True, f"both join sides keep a watermarked event-time column: {described}"
+        if any(sides.values()):
+            with_wm = next(s for s, has in sides.items() if has)
+            return False, (f"a stream-stream join with a watermark on the {with_wm} side only: neither side's state "
+                           f"is ever evicted (StreamingSymmetricHashJoinHelper)")
+        if op.metadata_file is not None and columns == ():
+            return False, "a stream-stream join without a watermark on either side: its state is never evicted"
+        return None, "no state schema to tell"
+    key_columns = [c for c in columns if c["key_or_value"] == "key"]
+    if name in ("dedupe", "stateStoreSave"):
+        if key_columns:
+            return True, f"the state key holds a watermarked event-time column: {described}"
+        if op.version is None:
+            return None, "no operator metadata to tell"
+        what = "dropDuplicates" if name == "dedupe" else "an aggregation"
+        return False, (f"{what} whose state key holds no event-time column with a watermark: no watermark can evict "
+                       f"its state, which grows with every new key")
+    if key_columns:
+        return True, f"the state key holds a watermarked event-time column: {described}"
+    return None, f"operator {name or 'unknown'}: eviction depends on its own timeouts, not told by the files"
+
+
+def _progress_series(records: list[dict[str, Any]], query_id: str | None, operator_index: int,
+                     n_operators: int) -> dict[int, tuple[int | None, int | None, int | None]]:
+    """``{batch id: (rows, removed, dropped)}`` of one operator from the progress records (the
+    newest record of a batch wins: a re-run batch)."""
+    out = {}
+    for record in records:
+        if not isinstance(record, dict) or not isinstance(record.get("batch_id"), int):
+            continue
+        if query_id and record.get("query_id") not in (None, query_id):
+            continue
+        if record.get("executed") is False:
+            continue
+        per_op = record.get("state_operators")
+        if isinstance(per_op, list) and operator_index < len(per_op) and isinstance(per_op[operator_index], dict):
+            item = per_op[operator_index]
+            out[record["batch_id"]] = (item.get("rows_total"), item.get("rows_removed"),
+                                       item.get("rows_dropped_by_watermark"))
+        elif n_operators == 1 and "state_rows" in record:
+            out[record["batch_id"]] = (record.get("state_rows"), record.get("state_rows_removed"),
+                                       record.get("rows_dropped_by_watermark"))
+    return out
+
+
+def _operator_state(op: StateOperator, chains: list[StoreChain], stores: tuple[str, ...], conf: dict[str, str],
+                    progress_records: list[dict[str, Any]], checkpoint: Any, watermarks: dict[int, int | None],
+                    counted: bool, max_replay_bytes: int, folder: str, n_operators: int) -> OperatorState:
+    partitions = sorted({c.partition for c in chains})
+    providers = {c.provider for c in chains if c.provider}
+    provider = providers.pop() if len(providers) == 1 else provider_of_class(conf.get(PROVIDER_CONF))
+    changelog = any(c.changelog for c in chains)
+    format_version = (2 if any(f.unique_id for c in chains for f in c.files) else 1) if any(c.files for c in chains) \
+        else None
+    count_in = _counted_stores(stores)
+    row_chains = [c for c in chains if c.store in count_in]
+    versions = set.intersection(*(set(c.rows) for c in row_chains)) if row_chains else set()
+    file_rows = {v - 1: sum(c.rows[v] for c in row_chains) for v in sorted(versions)}
+    file_removed = {v - 1: sum(c.removed[v] for c in row_chains) for v in sorted(versions)
+                    if all(v in c.removed for c in row_chains)}
+    note = None
+    if not counted:
+        note = f"not counted: the files to replay exceed {max_replay_bytes} bytes"
+    elif row_chains and not file_rows:
+        if changelog and any(c.base_version for c in row_chains):
+            note = ("RocksDB changelogs after a snapshot zip cannot be replayed by key: rows are known at the zip "
+                    "versions only")
+        else:
+            note = "the files could not be counted (see the problems)"
+    elif changelog and any(c.base_version for c in row_chains):
+        note = "RocksDB changelogs after a snapshot zip: rows known at the zip versions only"
+    series = _progress_series(progress_records, checkpoint.query_id, op.operator_id, n_operators)
+    if series:
+        source = "progress"
+        batches = tuple(StateBatch(b, *series[b], watermarks.get(b)) for b in sorted(series))
+    elif file_rows:
+        source = "files"
+        batches = tuple(StateBatch(b, file_rows[b], file_removed.get(b), None, watermarks.get(b)) for b in file_rows)
+    else:
+        source, batches = None, ()
+    bounded, reason = _bound(op, stores)
+    all_versions = [v for c in chains for v in c.versions]
+    snapshots = [v for c in chains for v in c.snapshot_versions]
+    problems = tuple(p for c in chains for p in c.problems)
+    return OperatorState(
+        operator_id=op.operator_id, name=op.name, stores=stores, partitions=len(partitions), provider=provider,
+        changelog=changelog, format_version=format_version, bounded_by_watermark=bounded, bound_reason=reason,
+        watermark_columns=op.watermark_columns, batches=batches, rows_source=source, file_rows=file_rows,
+        count_note=note, target_version=max((c.target_version or 0 for c in chains), default=None) or None,
+        chain_length=max((len(c.replay) + len([m for m in c.missing if not m.endswith('.sst') and '/SSTs/' not in m])
+                          for c in chains), default=0),
+        base_versions=tuple(sorted({c.base_version for c in chains if c.base_version is not None})),
+        snapshot_version=max(snapshots) if snapshots else None,
+        versions_kept=max((len(c.versions) for c in chains), default=0),
+        oldest_version=min(all_versions) if all_versions else None,
+        latest_version=max(all_versions) if all_versions else None,
+        bytes_on_disk=sum(c.bytes for c in chains), files_on_disk=sum(len(c.files) for c in chains),
+        missing_files=tuple(m for c in chains for m in c.missing), problems=problems, folder=folder,
+        chains=tuple(chains))

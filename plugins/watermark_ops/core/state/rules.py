@@ -1,0 +1,154 @@
+"""The state findings: pure functions of a read :class:`~watermark_ops.core.state.reader.CheckpointState`.
+
+Each finding is a :class:`watermark_ops.core.rules.Finding` (rule, severity, batch id, file,
+message), the shape of the audit's findings; the message ends with what to do. Names (stable:
+alerts and dashboards key on them) and why they hold:
+
+* ``state_unbounded`` (warning): no watermark can ever evict the operator's state, so it grows
+  with every new key for the life of the query: a ``dropDuplicates`` whose keys hold no event-time
+  column with a watermark, an aggregation likewise, a stream-stream join with a watermark on one
+  side only (then neither side is evicted, ``StreamingSymmetricHashJoinHelper``) or none. Told by
+  the state schema (key fields carrying ``spark.watermarkDelayMs``) and the operator metadata
+  (:func:`watermark_ops.core.state.metadata.read_state_metadata`).
+* ``state_growing`` (warning): an operator's rows rose over the newest ``growing_batches``
+  batches read while the watermark advanced and nothing was removed: the watermark moves but does
+  not evict (a window or delay threshold longer than expected, an event-time column that is not in
+  the state key, a bug).
+* ``state_never_compacted`` (warning): a restart must replay more than ``max_chain`` delta or
+  changelog files for one partition and store: no snapshot since. Spark writes snapshots and
+  deletes old state files only in its maintenance task (``StateStore.MaintenanceTask``), which
+  first runs one ``spark.sql.streaming.stateStore.maintenanceInterval`` (default 60 s) after the
+  JVM loads its first state store: a driver that lives less than that, an availableNow run per
+  spark-submit, never compacts, and every restart replays every delta since version 1.
+* ``state_files_accumulating`` (warning): a store keeps more versions than
+  ``minBatchesToRetain`` plus ``max_versions_over_retain``: old state files are not being deleted
+  (the same maintenance task deletes them).
+* ``unreadable`` (error): a state file that could not be read or parsed (truncated, corrupt, an
+  unknown codec), or a folder that could not be listed; the file is named.
+
+Thresholds: :class:`watermark_ops.core.thresholds.StateThresholds`.
+
+Pure core: imports neither Airflow nor Spark.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from watermark_ops.core.rules import ERROR, WARNING, Finding, unreadable
+from watermark_ops.core.thresholds import DEFAULT_STATE_THRESHOLDS, StateThresholds
+
+__all__ = ["MAINTENANCE_RECIPE", "STATE_RULES", "state_files_accumulating", "state_findings", "state_growing",
+           "state_never_compacted", "state_unbounded"]
+
+#: Every state rule with its severity.
+STATE_RULES: dict[str, str] = {
+    "state_unbounded": WARNING,
+    "state_growing": WARNING,
+    "state_never_compacted": WARNING,
+    "state_files_accumulating": WARNING,
+    "unreadable": ERROR,
+}
+
+#: What compacts the state: said by ``state_never_compacted`` and ``state_files_accumulating``.
+MAINTENANCE_RECIPE = (
+    "Spark snapshots the state and deletes old state files only in its maintenance task, which first runs "
+    "one spark.sql.streaming.stateStore.maintenanceInterval (default 60 s) after the driver loads its first "
+    "state store: a driver that lives less than that (an availableNow run per spark-submit) never compacts. "
+    "Fix: set spark.sql.streaming.stateStore.maintenanceInterval below the time a run keeps its state stores "
+    "loaded (seconds, far less than the run: e.g. 1s), so that the task runs while they are loaded, or run the query on a long-lived Spark Connect server "
+    "whose maintenance task keeps running between runs; a snapshot is written once more than "
+    "spark.sql.streaming.stateStore.minDeltasForSnapshot (default 10) versions follow the last one")
+
+
+def _op(op: Any) -> str:
+    return f"operator {op.operator_id} ({op.name or 'unnamed'})"
+
+
+def _newest_batch(op: Any) -> int | None:
+    return op.target_version - 1 if op.target_version else None
+
+
+def state_unbounded(state: Any) -> list[Finding]:
+    """One finding per operator whose state no watermark can evict (``bounded_by_watermark`` False)."""
+    out = []
+    for op in state.operators:
+        if op.bounded_by_watermark is False:
+            rows = next((b.rows for b in reversed(op.batches) if b.rows is not None), None)
+            held = f"; it holds {rows} rows" if rows is not None else ""
+            out.append(Finding("state_unbounded", WARNING, _newest_batch(op), op.folder,
+                               f"{_op(op)}: {op.bound_reason}{held}. Fix: bound it by event time (a watermark and "
+                               f"the event-time column in the keys: dropDuplicates([..., event time]) or "
+                               f"dropDuplicatesWithinWatermark; a watermark on both join inputs and a time-range "
+                               f"join condition), then start from a new checkpoint"))
+    return out
+
+
+def state_growing(state: Any, thresholds: StateThresholds = DEFAULT_STATE_THRESHOLDS) -> list[Finding]:
+    """Rows rising over the newest ``growing_batches`` batches with rows while the watermark
+    advanced and nothing was removed."""
+    n = thresholds.growing_batches
+    if n is None:
+        return []
+    out = []
+    for op in state.operators:
+        known = [b for b in op.batches if b.rows is not None]
+        window = known[-n:]
+        if len(window) < n:
+            continue
+        first, last = window[0], window[-1]
+        watermarks = [b.watermark_ms for b in window if b.watermark_ms is not None]
+        if (last.rows > first.rows and all((b.removed or 0) == 0 for b in window)
+                and len(watermarks) >= 2 and watermarks[-1] > watermarks[0]):
+            out.append(Finding("state_growing", WARNING, last.batch_id, op.folder,
+                               f"{_op(op)}: rows rose from {first.rows} (batch {first.batch_id}) to {last.rows} "
+                               f"(batch {last.batch_id}) over {len(window)} batches while the watermark advanced "
+                               f"from {watermarks[0]} to {watermarks[-1]} ms and no row was removed: the watermark "
+                               f"does not evict this state. Check that the event-time column with the watermark is "
+                               f"in the state key (a window or the event time itself) and that the window and "
+                               f"delay threshold are what you expect"))
+    return out
+
+
+def state_never_compacted(state: Any, thresholds: StateThresholds = DEFAULT_STATE_THRESHOLDS) -> list[Finding]:
+    """Chains longer than ``max_chain`` files for one partition and store."""
+    k = thresholds.max_chain
+    if k is None:
+        return []
+    out = []
+    for op in state.operators:
+        if op.chain_length <= k:
+            continue
+        longest = max(op.chains, key=lambda c: len(c.replay) + len(c.missing), default=None)
+        first = longest.replay[0].path if longest is not None and longest.replay else op.folder
+        since = ("no snapshot was ever written" if op.snapshot_version is None
+                 else f"the newest snapshot is version {op.snapshot_version}")
+        kind = "changelog" if op.changelog else "delta"
+        out.append(Finding("state_never_compacted", WARNING, _newest_batch(op), first,
+                           f"{_op(op)}: a restart replays {op.chain_length} {kind} files for one partition and store "
+                           f"({op.partitions} partitions x {len(op.stores)} stores): {since}. {MAINTENANCE_RECIPE}"))
+    return out
+
+
+def state_files_accumulating(state: Any, thresholds: StateThresholds = DEFAULT_STATE_THRESHOLDS) -> list[Finding]:
+    """Stores keeping more versions than ``minBatchesToRetain`` plus ``max_versions_over_retain``."""
+    slack = thresholds.max_versions_over_retain
+    if slack is None:
+        return []
+    keep = state.min_batches_to_retain
+    out = []
+    for op in state.operators:
+        if op.versions_kept > keep + slack:
+            out.append(Finding("state_files_accumulating", WARNING, _newest_batch(op), op.folder,
+                               f"{_op(op)}: a store keeps {op.versions_kept} versions (versions {op.oldest_version} to "
+                               f"{op.latest_version}, {op.files_on_disk} files, {op.bytes_on_disk} bytes) where "
+                               f"minBatchesToRetain is {keep}: old state files are not deleted. {MAINTENANCE_RECIPE}"))
+    return out
+
+
+def state_findings(state: Any, thresholds: StateThresholds = DEFAULT_STATE_THRESHOLDS) -> list[Finding]:
+    """Every state rule over a read state, then one ``unreadable`` per problem (listing, metadata,
+    state file)."""
+    problems = list(state.problems) + [p for op in state.operators for p in op.problems]
+    return [*state_unbounded(state), *state_growing(state, thresholds), *state_never_compacted(state, thresholds),
+            *state_files_accumulating(state, thresholds), *unreadable(problems)]

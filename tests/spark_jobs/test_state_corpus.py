@@ -1,0 +1,188 @@
+"""Proof on real checkpoints (issue 28 point 4): the state reader, the state findings and the
+restart preflight against real PySpark 4.2 checkpoints and real restarts (``state_corpus``).
+
+* State rows counted from the files equal Spark's ``numRowsTotal`` in every batch of every run,
+  for both providers, RocksDB changelogs, checkpoint format version 2, snapshots, a join and a
+  dedup.
+* Every restart Spark refused was predicted ``no_go`` by the preflight, except those only the
+  driver can tell (the new query is not in the files: :data:`DRIVER_ONLY`, a later wave's start
+  check); every conf Spark ignored is a ``warn`` naming the value that applies; every restart
+  that worked unchanged is a ``go``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from state_corpus import build_corpus, files_of, operator_rows
+from watermark_ops.cli import main
+from watermark_ops.core.checkpoint import read_checkpoint
+from watermark_ops.core.state.reader import read_state
+from watermark_ops.core.state.rules import state_findings
+from watermark_ops.core.thresholds import StateThresholds
+
+pytestmark = pytest.mark.timeout(900)
+
+#: Restart cases only the driver can tell (the preflight reads files; the new query is not in them).
+DRIVER_ONLY = {"key_schema_changed", "value_schema_changed", "operator_removed", "second_source",
+               "window_duration_changed", "watermark_delay_changed", "source_path_changed"}
+
+
+@pytest.fixture(scope="module")
+def corpus(spark, tmp_path_factory):
+    built = build_corpus(spark, tmp_path_factory.mktemp("state_corpus"))
+    print(f"\nstate corpus: {len(built.builds)} checkpoints, {len(built.cases)} restarts in {built.seconds:.1f} s")
+    for case in built.cases.values():
+        classes = sorted(set(re.findall(r"\b[A-Z][A-Z_]{5,}(?:\.[A-Z_]+)?\b", case.run.error or "")))
+        print(f"  {case.name:28} spark {'refused' if case.run.refused else 'ran':8} preflight {case.verdict:6} "
+              f"{','.join(case.codes):28} {' '.join(classes)}")
+    return built
+
+
+def _checkpoints(corpus):
+    for name, runs in corpus.runs.items():
+        path = corpus.cases[name[5:]].checkpoint if name.startswith("case:") else corpus.builds[name]
+        yield name, path, runs
+
+
+def test_rows_from_the_files_equal_spark_num_rows_total_in_every_batch(corpus):
+    compared = 0
+    for name, path, runs in _checkpoints(corpus):
+        expected = operator_rows(runs)
+        state = read_state(str(path), progress_records=())
+        assert len(state.operators) == len(expected), name
+        for op in state.operators:
+            spark_rows = expected[op.operator_id]
+            # every batch whose version a restart can still load from the files (all of them here:
+            # nothing was deleted; after a snapshot, the batches from the snapshot on)
+            first = min(op.file_rows) if op.file_rows else None
+            wanted = {b: n for b, n in spark_rows.items() if first is not None and b >= first}
+            assert op.file_rows == wanted, (name, op.operator_id, op.count_note)
+            assert max(wanted) == max(spark_rows), name  # up to the newest batch
+            compared += len(wanted)
+    assert compared >= 80
+
+
+def test_the_readers_see_both_providers_changelogs_format_v2_and_snapshots(corpus):
+    shapes = {}
+    for name in ("hdfs_windows", "rocksdb_windows", "rocksdb_changelog", "rocksdb_format_v2", "hdfs_snapshots"):
+        (op,) = read_state(str(corpus.builds[name]), progress_records=()).operators
+        shapes[name] = (op.provider, op.changelog, op.format_version, op.chain_length)
+        assert op.name == "stateStoreSave" and op.partitions == 2 and op.bounded_by_watermark is True
+    assert shapes["hdfs_windows"] == ("hdfs", False, 1, 4)  # four batches, four deltas, no snapshot
+    assert shapes["rocksdb_windows"] == ("rocksdb", False, 1, 0)  # a zip per version: nothing to replay
+    assert shapes["rocksdb_changelog"] == ("rocksdb", True, 1, 4)
+    assert shapes["rocksdb_format_v2"] == ("rocksdb", True, 2, 4)
+    snapshots = read_state(str(corpus.builds["hdfs_snapshots"]), progress_records=()).operators[0]
+    assert snapshots.snapshot_version is not None and snapshots.chain_length < 4, files_of(corpus.builds["hdfs_snapshots"])
+
+
+def test_bounded_by_watermark_from_the_state_schema(corpus):
+    def bound(name):
+        (op,) = read_state(str(corpus.builds[name]), progress_records=()).operators
+        return op.name, op.bounded_by_watermark
+
+    assert bound("dedupe_watermark") == ("dedupe", True)
+    assert bound("dedupe_no_watermark") == ("dedupe", False)
+    assert bound("join_both_watermarks") == ("symmetricHashJoin", True)
+    assert bound("join_one_watermark") == ("symmetricHashJoin", False)
+    (join,) = read_state(str(corpus.builds["join_both_watermarks"]), progress_records=()).operators
+    assert len(join.stores) == 4 and join.partitions == 2
+
+
+def test_state_findings_on_the_corpus(corpus):
+    def codes(name, **thresholds):
+        state = read_state(str(corpus.builds[name]))
+        return {f.rule for f in state_findings(state, StateThresholds(**thresholds))}
+
+    assert "state_unbounded" in codes("dedupe_no_watermark")
+    assert "state_unbounded" in codes("join_one_watermark")
+    assert "state_unbounded" not in codes("join_both_watermarks") | codes("dedupe_watermark") | codes("hdfs_windows")
+    # a chain of 4 deltas is never compacted past a threshold of 3; the snapshotted one is not
+    assert "state_never_compacted" in codes("hdfs_windows", max_chain=3)
+    assert "state_never_compacted" not in codes("hdfs_snapshots", max_chain=3)
+    # the dedup without a watermark only grows; with a watermark that never advances, not "growing"
+    assert "state_growing" not in codes("dedupe_no_watermark", growing_batches=2)
+
+
+def test_every_refused_restart_was_predicted_unless_only_the_driver_can_tell(corpus):
+    refused = {name for name, case in corpus.cases.items() if case.run.refused}
+    expected = {name for name, case in corpus.cases.items() if case.spark == "refused"}
+    assert refused == expected, {n: corpus.cases[n].run.error[:300] for n in refused ^ expected if corpus.cases[n].run.error}
+    for name in refused - DRIVER_ONLY:
+        assert corpus.cases[name].verdict == "no_go", (name, corpus.cases[name].codes)
+    assert refused & DRIVER_ONLY == {"key_schema_changed", "value_schema_changed", "operator_removed", "second_source"}
+
+
+def test_preflight_names_the_reason_spark_refused(corpus):
+    reasons = {
+        "metadata_missing": ("metadata_missing", "STREAMING_CHECKPOINT_MISSING_METADATA_FILE"),
+        "offsets_hole": ("offsets_hole", "batch 2"),
+        "state_file_missing": ("state_file_missing", "CANNOT_LOAD_STATE_STORE.CANNOT_READ_DELTA_FILE_NOT_EXISTS"),
+        "state_file_truncated": ("state_file_truncated", "CANNOT_LOAD_STATE_STORE.UNCATEGORIZED"),
+        "format_v2_with_hdfs": ("state_format_v2_with_hdfs", "STATE_STORE_CHECKPOINT_IDS_NOT_SUPPORTED"),
+        "rocksdb_zip_missing": ("state_file_missing", "CANNOT_LOAD_STATE_STORE.CANNOT_READ_STREAMING_STATE_FILE"),
+        "changelog_truncated": ("state_file_truncated", "CANNOT_LOAD_STATE_STORE.UNCATEGORIZED"),
+    }
+    for name, (code, in_spark_error) in reasons.items():
+        case = corpus.cases[name]
+        assert code in case.codes, (name, case.codes)
+        assert in_spark_error in case.run.error, (name, case.run.error[:500])
+
+
+def test_every_ignored_conf_is_a_warning_naming_the_value_that_applies(corpus):
+    for name, key, frozen in (("shuffle_partitions_changed", "spark.sql.shuffle.partitions", "2"),
+                              ("watermark_policy_changed", "spark.sql.streaming.multipleWatermarkPolicy", "min"),
+                              ("provider_changed", "spark.sql.streaming.stateStore.providerClass",
+                               "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider")):
+        case = corpus.cases[name]
+        assert not case.run.refused and case.verdict == "warn" and case.codes == ("conf_overridden",), name
+        head = read_checkpoint(str(case.checkpoint))
+        assert head.batch(head.head_batch_id).conf[key] == frozen  # Spark kept the checkpoint's value
+    assert not any(p.endswith(".zip") for p in files_of(corpus.cases["provider_changed"].checkpoint))
+
+
+def test_every_restart_that_works_unchanged_is_a_go(corpus):
+    for name in ("unchanged", "head_commit_missing", "rocksdb_unchanged", "changelog_unchanged",
+                 "format_v2_unchanged", "snapshots_unchanged"):
+        case = corpus.cases[name]
+        assert not case.run.refused and case.verdict == "go", (name, case.codes, case.run.error)
+    assert corpus.cases["head_commit_missing"].codes == ("in_flight_batch",)
+
+
+def test_the_cli_on_a_corpus_checkpoint_from_the_files_alone(corpus, capsys):
+    path = str(corpus.cases["state_file_missing"].checkpoint)
+    assert main(["preflight", path, "--json", "--conf", "spark.sql.shuffle.partitions=5"]) == 2
+    document = json.loads(capsys.readouterr().out)
+    assert document["verdict"] == "no_go"
+    assert {(f["code"], f["file"].endswith("state/0/1/2.delta")) for f in document["findings"]} >= {
+        ("state_file_missing", True)}
+    assert all(f["recipe"] for f in document["findings"])
+    assert main(["state", str(corpus.builds["dedupe_no_watermark"]), "--json"]) == 1
+    document = json.loads(capsys.readouterr().out)
+    (op,) = document["operators"]
+    assert op["bounded_by_watermark"] is False and op["rows"] == sorted(op["rows"]) and op["chain_length"] == 2
+    assert [f["code"] for f in document["findings"]] == ["state_unbounded"]
+
+
+def test_state_and_preflight_on_s3_equal_the_local_read(corpus, s3_server, capsys):
+    """The same checkpoints on the S3 API (the session's moto server, s3fs): the same operators,
+    rows, chains and verdicts as the local copies, through a filesystem and through the CLI."""
+    from tests.watermark_ops import object_storage_fixtures as osf
+    from watermark_ops.core.state.preflight import preflight
+
+    fs = s3_server.filesystem()
+    for path in (corpus.builds["rocksdb_format_v2"], corpus.builds["hdfs_snapshots"],
+                 corpus.cases["state_file_truncated"].checkpoint, corpus.builds["join_one_watermark"]):
+        url = osf.uploaded_checkpoint(fs, path)
+        remote = read_state(url, filesystem=fs, progress_records=()).to_dict()
+        local = read_state(str(path), progress_records=()).to_dict()
+        assert json.loads(json.dumps(remote).replace(url, str(path))) == local
+        verdicts = [preflight(read_checkpoint(where, **kw), read_state(where, progress_records=(), **kw)).verdict
+                    for where, kw in ((url, {"filesystem": fs}), (str(path), {}))]
+        assert verdicts[0] == verdicts[1]
+    assert main(["preflight", url, "--json", "--storage-options", json.dumps(s3_server.storage_options())]) == 0
+    assert json.loads(capsys.readouterr().out)["verdict"] == "go"
