@@ -63,7 +63,7 @@ def readings_hourly():
         application_args=["--landing", LANDING, "--output", OUTPUT, "--checkpoint", CHECKPOINT],
         window="1 hour", event_time="event_time", pre_watermark="readings_hourly:parse", reason_column="reason",
         partition_column="station", partitions=["EWR", "JFK", "LGA"], late_sink=OUTPUT + "_late",
-        conf={"spark.sql.shuffle.partitions": "2", "spark.ui.showConsoleProgress": "false"})
+        conf={"spark.sql.shuffle.partitions": "2"})
 
 
 readings_hourly()
