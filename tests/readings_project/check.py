@@ -1,6 +1,6 @@
 """Run with the team's environment's Python after the DAG runs: print, as JSON, what the DAG runs left
 (the XComs and states of the run pattern's tasks) and what the UI shows through Airflow's real
-api-server app (the same facts as ``tests/user_project/check.py``, plus the task states).
+api-server app: the facts of ``tests/user_project/check.py`` (its functions), plus the task states.
 
     python check.py DAG_ID CHECKPOINT
 """
@@ -8,25 +8,11 @@ api-server app (the same facts as ``tests/user_project/check.py``, plus the task
 from __future__ import annotations
 
 import json
+import runpy
 import sys
+from pathlib import Path
 
-
-def xcoms(dag_id: str) -> dict:
-    """``{run_id: {task_id: return_value}}`` read from the metadata DB."""
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-
-    out: dict = {}
-    with create_session() as session:
-        for row in session.query(XComModel).filter(XComModel.dag_id == dag_id, XComModel.key == "return_value"):
-            value = row.value
-            while isinstance(value, str):
-                try:
-                    value = json.loads(value)
-                except ValueError:
-                    break
-            out.setdefault(row.run_id, {})[row.task_id] = value
-    return out
+SHARED = runpy.run_path(str(Path(__file__).resolve().parents[1] / "user_project" / "check.py"))
 
 
 def states(dag_id: str) -> dict:
@@ -41,31 +27,7 @@ def states(dag_id: str) -> dict:
     return out
 
 
-def ui(checkpoint: str) -> dict:
-    """The overview row of ``checkpoint`` and its page's JSON, through the real app and auth manager."""
-    from fastapi.testclient import TestClient
-
-    from airflow.api_fastapi.app import create_app
-
-    with TestClient(create_app("core"), base_url="http://127.0.0.1") as client:
-        token = client.post("/auth/token", json={"username": "admin", "password": "admin"}).json()["access_token"]
-        client.headers["Authorization"] = f"Bearer {token}"
-        plugins = [p["name"] for p in client.get("/api/v2/plugins").json()["plugins"]]
-        overview = client.get("/watermark-ops/api/checkpoints")
-        is_json = overview.headers.get("content-type", "").startswith("application/json")
-        rows = overview.json().get("checkpoints", []) if overview.status_code == 200 and is_json else []
-        row = next((r for r in rows if (r.get("location") or "").rstrip("/") == checkpoint.rstrip("/")), None)
-        page = html = None
-        if row and row.get("url"):
-            path = row["url"].split("/watermark-ops", 1)[1]
-            page_reply = client.get("/watermark-ops" + path.replace("/checkpoints/", "/api/checkpoints/", 1))
-            page = page_reply.json() if page_reply.status_code == 200 else {"status": page_reply.status_code}
-            html = client.get("/watermark-ops" + path).status_code
-        return {"plugins": plugins, "overview_status": overview.status_code, "overview_json": is_json,
-                "rows": len(rows), "row": row,
-                "page": page, "page_html_status": html}
-
-
 if __name__ == "__main__":
     dag_id, location = sys.argv[1], sys.argv[2]
-    print(json.dumps({"xcom": xcoms(dag_id), "states": states(dag_id), "ui": ui(location)}, default=str))
+    print(json.dumps({"xcom": SHARED["xcoms"](dag_id), "states": states(dag_id), "ui": SHARED["ui"](location)},
+                     default=str))

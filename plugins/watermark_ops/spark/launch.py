@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     from watermark_ops.spark.driver import stop_orphans
     from watermark_ops.spark.exits import EXIT_CHECKPOINT_IN_USE, EXIT_SERVER_LOST, EXIT_VERSION_MISMATCH
     from watermark_ops.spark.lock import CheckpointInUse
-    from watermark_ops.spark.session import server_lost, stop_session
+    from watermark_ops.spark.session import remote_session, server_lost, stop_session
 
     args, script, script_args = parse_launch_args(list(sys.argv[1:] if argv is None else argv))
     script = str(Path(script).resolve())
@@ -106,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         from watermark_ops.spark.connect import ConnectVersionMismatch, with_session_id
 
         try:
-            session, remote = _connect(args)
+            session = remote_session(args)
+            remote = session._watermark_ops_remote
         except ConnectVersionMismatch as exc:
             log.error("not started: %s", exc)
             return EXIT_VERSION_MISMATCH
@@ -153,22 +154,6 @@ def main(argv: list[str] | None = None) -> int:
         if session is not None:
             stop_session(session)
     return code
-
-
-def _connect(args: argparse.Namespace) -> tuple[Any, dict[str, str]]:
-    """The Spark Connect client session of ``--remote`` (a session id a supervisor can reach)."""
-    from watermark_ops.spark.connect import connect_session, new_session_id
-
-    conf = {}
-    for item in args.spark_conf:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"--conf expects KEY=VALUE, got {item!r}")
-        conf[key.strip()] = value
-    conf.setdefault("spark.sql.session.timeZone", "UTC")
-    session_id = args.session_id or new_session_id()
-    spark = connect_session(args.remote, session_id, conf)
-    return spark, {"url": args.remote, "session_id": session_id}
 
 
 def _run_script(script: str, script_args: list[str], namespace: dict[str, Any]) -> int:

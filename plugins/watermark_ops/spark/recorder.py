@@ -242,6 +242,19 @@ def progress_record(progress: dict[str, Any], run_tag: str | None, spark_trigger
     }
 
 
+def append_json_lines(location: str, records: list[dict[str, Any]]) -> None:
+    """Append ``records`` to the JSON-lines file at ``location`` (a path or fsspec URL; its folder is
+    made when missing): the progress log's and the replay log's way of writing."""
+    import fsspec
+
+    fs, path = fsspec.core.url_to_fs(location)
+    parent = fs._parent(path)
+    if parent:
+        fs.makedirs(parent, exist_ok=True)
+    with fs.open(path, "a") as handle:
+        handle.write("".join(json.dumps(r, sort_keys=True, default=str) + "\n" for r in records))
+
+
 class ProgressRecorder:
     """Append every micro-batch of the registered queries to their progress logs, exactly once.
 
@@ -323,8 +336,6 @@ class ProgressRecorder:
         self._spark.streams.addListener(self._listener)
 
     def _write(self, progress: dict[str, Any]) -> None:
-        import fsspec
-
         query_id = str(progress.get("id"))
         path = self._logs.get(query_id)
         if path is None:
@@ -336,12 +347,7 @@ class ProgressRecorder:
             self._written.add(key)
             record = progress_record(progress, self._run_tag, self._triggers.get(query_id, self._spark_trigger),
                                      self._requested_conf, self._rule(query_id, progress), self._spark_version)
-            fs, fs_path = fsspec.core.url_to_fs(path)
-            parent = fs._parent(fs_path)
-            if parent:
-                fs.makedirs(parent, exist_ok=True)
-            with fs.open(fs_path, "a") as handle:
-                handle.write(json.dumps(record, sort_keys=True) + "\n")
+            append_json_lines(path, [record])
 
     def _rule(self, query_id: str, progress: dict[str, Any]) -> dict[str, Any] | None:
         """The query's late rule, built from ``progress`` the first time when given as a function."""

@@ -36,6 +36,7 @@ from urllib.parse import unquote, urlsplit
 
 from watermark_ops.core.ledger.plan import BatchPlan, ReplayRow, plan_batches, tally
 from watermark_ops.core.ledger.replayed import FILTERED_BY_JOB, replay_log_path, replay_record
+from watermark_ops.spark.recorder import append_json_lines
 
 log = logging.getLogger("watermark_ops.spark")
 
@@ -192,8 +193,6 @@ def replay_run(spark, checkpoint: str, batch_ids: Iterable[int], source, pre_wat
     :raises ValueError: see :func:`replay_batch`.
     :raises OSError: when the replay log cannot be written.
     """
-    import fsspec
-
     state, plans, problems = plan_batches(checkpoint, batch_ids)
     for problem in problems:
         log.warning("replay of %s: %s: %s", checkpoint, problem.file, problem.message)
@@ -207,10 +206,5 @@ def replay_run(spark, checkpoint: str, batch_ids: Iterable[int], source, pre_wat
                  plan.batch_id, batch.rows_read, sum(batch.rows_quarantined.values()), batch.rows_aggregated,
                  batch.rows_late, plan.late_watermark_ms, f"; NOT EXACT: {'; '.join(own)}" if own else "")
     if records:
-        fs, path = fsspec.core.url_to_fs(replay_log_path(checkpoint))
-        parent = fs._parent(path)
-        if parent:
-            fs.makedirs(parent, exist_ok=True)
-        with fs.open(path, "a") as handle:
-            handle.write("".join(json.dumps(r, sort_keys=True, default=str) + "\n" for r in records))
+        append_json_lines(replay_log_path(checkpoint), records)
     return records

@@ -18,7 +18,8 @@ import threading
 
 log = logging.getLogger("watermark_ops.spark")
 
-__all__ = ["STOP_TIMEOUT_SECONDS", "build_session", "quiet_py4j", "server_lost", "session_from_args", "stop_session"]
+__all__ = ["STOP_TIMEOUT_SECONDS", "build_session", "quiet_py4j", "remote_session", "server_lost",
+           "session_from_args", "stop_session"]
 
 #: How long (seconds) a driver waits for ``spark.stop()`` before it ends anyway.
 STOP_TIMEOUT_SECONDS = 20.0
@@ -64,11 +65,23 @@ def _submitted_conf(spark) -> dict[str, str]:
 
 
 def session_from_args(app_name: str, args):
-    """The session the flags ask for: a Spark Connect client with ``--remote``, else a classic one."""
-    remote = getattr(args, "remote", None)
-    if not remote:
+    """The session the flags ask for: a Spark Connect client with ``--remote`` (:func:`remote_session`),
+    else a classic one (:func:`build_session`)."""
+    if not getattr(args, "remote", None):
         return build_session(app_name, master=args.master, shuffle_partitions=args.shuffle_partitions)
-    from watermark_ops.spark.connect import connect_session
+    return remote_session(args)
+
+
+def remote_session(args):
+    """The Spark Connect client session of ``args.remote`` (``sc://host:port``): ``--session-id`` (or a
+    fresh one, so that a supervisor can reach the session later), ``--conf KEY=VALUE`` items as session
+    confs, ``--shuffle-partitions`` when the flags have it, UTC unless set. The session carries
+    ``_watermark_ops_remote = {"url", "session_id"}``, which the checkpoint lock records.
+
+    :raises ValueError: for a ``--conf`` item that is not ``KEY=VALUE``.
+    :raises watermark_ops.spark.connect.ConnectVersionMismatch: client and server releases differ.
+    """
+    from watermark_ops.spark.connect import connect_session, new_session_id
 
     conf = {}
     for item in getattr(args, "spark_conf", None) or []:
@@ -76,15 +89,13 @@ def session_from_args(app_name: str, args):
         if not sep or not key.strip():
             raise ValueError(f"--conf expects KEY=VALUE, got {item!r}")
         conf[key.strip()] = value
-    if args.shuffle_partitions is not None:
+    if getattr(args, "shuffle_partitions", None) is not None:
         conf["spark.sql.shuffle.partitions"] = str(args.shuffle_partitions)
     conf.setdefault("spark.sql.session.timeZone", "UTC")
-    from watermark_ops.spark.connect import new_session_id
-
     session_id = getattr(args, "session_id", None) or new_session_id()
-    spark = connect_session(remote, session_id, conf)
+    spark = connect_session(args.remote, session_id, conf)
     # Recorded in the checkpoint's lock, so that a later driver can stop what this one leaves behind.
-    spark._watermark_ops_remote = {"url": remote, "session_id": session_id}
+    spark._watermark_ops_remote = {"url": args.remote, "session_id": session_id}
     return spark
 
 
