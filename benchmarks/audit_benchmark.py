@@ -3,7 +3,7 @@
 Writes a checkpoint of ``--batches`` batches in the exact format Spark 4.2 writes (``offsets/N``
 with the 15 confs Spark freezes, ``commits/N``, ``metadata``, the ``.N.crc`` files of the local
 filesystem) with its progress log beside it (``<checkpoint>.progress.jsonl``, one record per batch
-as ``watermark_ops.spark.driver`` writes them), and a second one of 10 batches. Then times,
+as ``watermark_ops.spark.recorder`` writes them), and a second one of 10 batches. Then times,
 as medians of ``--repeat`` runs after one warm-up each:
 
 Whole processes (what a terminal or a sensor pays, interpreter start and imports included; the

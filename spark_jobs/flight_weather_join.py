@@ -231,7 +231,7 @@ def run(spark, config: JoinConfig) -> dict:
         "state_operators": [{"batch_id", "operators": [{"operator", "rows_dropped_by_watermark",
         "state_rows"}]}], "watermark_policy": {"requested", "effective"}},
         "flight_weather_quarantine": {"query_id", "batches", "state_operators"}}``; records are
-        those of this run (shape in ``watermark_ops.spark.driver``); ``effective`` is None when the
+        those of this run (shape in ``watermark_ops.spark.recorder``); ``effective`` is None when the
         checkpoint's policy could not be read.
     :raises pyspark.errors.StreamingQueryException: when a query failed (after recording its
         batches and stopping the other query).

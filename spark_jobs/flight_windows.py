@@ -155,7 +155,7 @@ def run(spark, config: JobConfig) -> dict:
 
     :return: ``{"flight_windows": {"query_id", "batches": [progress records]},
         "flight_windows_quarantine": {...}}``; the records are those of this run (see
-        ``watermark_ops.spark.driver`` for their shape).
+        ``watermark_ops.spark.recorder`` for their shape).
     In update output mode the windows go to ``config``'s upsert sink (:func:`windows_sink`);
     Spark's progress then reports no sink row count (``output_rows`` null: ``ForeachBatchSink``
     reports none), and ``state_rows_removed`` counts windows the watermark finalised and evicted,

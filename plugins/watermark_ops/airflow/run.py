@@ -8,6 +8,8 @@ needs after its Spark run, wired once::
       ├─▶ collect_progress   this run's micro-batches, last watermark, quarantined rows, lateness advice
       ├─▶ late_ledger        every row this run's batches dropped as late, and the balance
       │                      rows in = aggregated + late + quarantined   (``core.ledger.reconcile_run``)
+      │      └─▶ check_run  fails a run that set aside most of its rows, or aggregated none, naming
+      │                     the top reason and one example record (``core.ledger.quarantine_check``)
       ├─▶ audit_checkpoint   the watermark never went backwards (``WatermarkAuditOperator``)
       └─▶ complete           optional completeness gate (``WatermarkReachedSensor``) ─┐
                              late_ledger ─────────────────────────────────────────────┴─▶ announce
@@ -15,10 +17,20 @@ needs after its Spark run, wired once::
                              (``WatermarkPartitionsOperator``)
 
 :func:`watermarked_run` builds it inside the current DAG and returns the ``TaskGroup``, so a DAG
-chains its own tasks before and after it (``land() >> run >> report()``). The job is any script
-that parses the recorder's shared flags (``watermark_ops.spark.add_run_arguments``: ``--checkpoint``,
-``--trigger``, ``--run-tag``, ``--max-files-per-trigger``) and runs its queries through
-``watermark_ops.spark.run_queries``, which writes the progress log the tasks after it read.
+chains its own tasks before and after it (``land() >> run >> report()``). The job is either
+
+* a team's **unmodified** script (``attach=True``): the application becomes the package's launcher
+  (``watermark_ops/spark/launch.py``, :mod:`watermark_ops.spark.launch`) and the script its argument
+  after ``--``; the script keeps its own arguments, session, trigger, sinks and checkpoint
+  locations. What the recorder needs and the job does not say is declared here, once: the
+  checkpoint of the query the ledger is about, its window, the landed event-time field, the
+  pre-watermark function whose Spark replay makes the late rows exact for the job's own parsing,
+  the column naming why a row is set aside, the partition column; or
+* a script written with the package's opt-in helpers, which parses the shared flags
+  (``watermark_ops.spark.add_run_arguments``: ``--checkpoint``, ``--trigger``, ``--run-tag``,
+  ``--max-files-per-trigger``) and runs its queries through ``watermark_ops.spark.run_queries``.
+
+Either way the progress log the tasks after it read lies beside the checkpoint.
 
 Every checkpoint a run pattern touches is registered (``watermark_ops.airflow.registry``) with
 its DAG, landing folders and ledger sink, so the UI's pages and the monitor list it with no
@@ -28,6 +40,7 @@ import the core when they run.
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 from typing import Any, Callable, Sequence
 
@@ -39,13 +52,14 @@ from watermark_ops.airflow.partitions import WatermarkPartitionsOperator
 from watermark_ops.airflow.registry import CHECKPOINT_REGISTRY
 from watermark_ops.airflow.sensors import WatermarkReachedSensor
 
-__all__ = ["DEFAULT_TASK_IDS", "LAUNCHES", "watermarked_run"]
+__all__ = ["DEFAULT_TASK_IDS", "LAUNCHES", "launcher_path", "watermarked_run"]
 
 #: Task ids inside the group (prefixed with the group id unless ``prefix_group_id=False``).
 DEFAULT_TASK_IDS = {
     "submit": "spark_submit",
     "collect": "collect_progress",
     "ledger": "late_ledger",
+    "check": "check_run",
     "audit": "audit_checkpoint",
     "complete": "complete",
     "announce": "announce_partitions",
@@ -53,6 +67,31 @@ DEFAULT_TASK_IDS = {
 SPARK_TRIGGERS = ("availableNow", "once")
 #: How the job's driver runs: a Spark application per run (spark-submit), or a client of a Spark Connect server.
 LAUNCHES = ("submit", "connect")
+#: The share of a run's input rows that may be set aside before its check fails (``core.ledger``'s default).
+MAX_QUARANTINE_RATE = 0.5
+
+
+def launcher_path() -> str:
+    """The launcher's file (``watermark_ops/spark/launch.py`` of the installed package): what
+    spark-submit runs for ``attach=True``. Found without importing the Spark side."""
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "spark", "launch.py")
+
+
+def _declarations(checkpoint: str, window: str | None, event_time: str | None, watermark_column: str | None,
+                  pre_watermark: str | None, reason_column: str | None, partition_column: str | None,
+                  partitions: Sequence[str] | None, landings: list[str]) -> list[str]:
+    """The launcher's flags (:func:`watermark_ops.spark.launch.parse_launch_args`) for the declarations."""
+    args = ["--checkpoint", checkpoint, "--run-tag", "{{ run_id }}"]
+    for flag, value in (("--window", window), ("--event-time", event_time), ("--watermark-column", watermark_column),
+                        ("--pre-watermark", pre_watermark), ("--reason-column", reason_column),
+                        ("--partition-column", partition_column)):
+        if value:
+            args += [flag, value]
+    if partitions:
+        args += ["--partitions", ",".join(str(p) for p in partitions)]
+    if len(landings) == 1:
+        args += ["--landing", landings[0]]
+    return args
 
 
 def watermarked_run(
@@ -82,15 +121,26 @@ def watermarked_run(
     env_vars: dict[str, Any] | None = None,
     spark_submit_kwargs: dict[str, Any] | None = None,
     lateness: bool = True,
+    attach: bool = False,
+    window: str | None = None,
+    event_time: str | None = None,
+    watermark_column: str | None = None,
+    pre_watermark: str | None = None,
+    reason_column: str | None = None,
+    partition_column: str | None = None,
+    partitions: Sequence[str] | None = None,
+    max_quarantine_rate: float = MAX_QUARANTINE_RATE,
     task_ids: dict[str, str] | None = None,
     prefix_group_id: bool = True,
 ) -> TaskGroup:
     """Build the run pattern's TaskGroup in the DAG being defined (call it inside ``with DAG`` / ``@dag``).
 
     :param group_id: the TaskGroup's id.
-    :param application: the job script (or jar) given to spark-submit.
-    :param checkpoint: the query's checkpoint location (local path or fsspec/Hadoop URI); passed
-        to the job as ``--checkpoint`` and read by every task after the run (templated).
+    :param application: the job script (or jar) given to spark-submit; with ``attach``, the team's
+        unmodified script, run by the package's launcher.
+    :param checkpoint: the query's checkpoint location (local path or fsspec/Hadoop URI), read by
+        every task after the run (templated); passed to the job as ``--checkpoint`` (with
+        ``attach``: to the launcher, the job being given its own location in ``application_args``).
     :param landings: the landing folders of the query's inputs (one per source, in plan order):
         the lateness advice reads them; the late-row ledger finds them in the checkpoint's source log.
     :param application_args: the job's own arguments, before the run pattern's
@@ -128,7 +178,24 @@ def watermarked_run(
     :param spark_submit_kwargs: further ``SparkSubmitOperator`` arguments (``execution_timeout``,
         ``name``, ``retries``, ...).
     :param lateness: add the lateness advice (drop rate per run, delay threshold per target) to
-        ``collect_progress`` (reads the landing folders' event times).
+        ``collect_progress`` (the landing folders' event times, or the Spark replay's).
+    :param attach: run ``application`` unchanged under the launcher (module docstring): its trigger,
+        sinks and checkpoint locations stay its own (``spark_trigger`` and ``max_files_per_trigger``
+        are then the job's business and not passed).
+    :param window: the query's tumbling window (``"1 hour"``): late rows are those whose window had
+        closed; None: those whose event time was behind the watermark (deduplication, join). With ``attach``.
+    :param event_time: the landed field the event time comes from (default: the column the job
+        calls ``withWatermark`` on). With ``attach``.
+    :param watermark_column: that column, when the job calls ``withWatermark`` on several.
+    :param pre_watermark: ``"module:function"``: the job's function from its raw rows to the rows
+        that enter ``withWatermark`` (its own parsing); each batch of the run is replayed through it
+        in Spark after the run, which makes the late rows exact for any format. With ``attach``.
+    :param reason_column: that function's column naming why a row is set aside (null: the row
+        enters the watermark); rows it filters out are counted as ``filtered_by_job``.
+    :param partition_column: / partitions: the column whose values share one watermark (e.g. a
+        station), and its values: each batch's newest event time per value is recorded (the skew).
+    :param max_quarantine_rate: ``check_run`` fails a run that set aside more than this share of its
+        input rows, or aggregated none of them, naming the top reason and one example record.
     :param task_ids: renames of :data:`DEFAULT_TASK_IDS` entries.
     :param prefix_group_id: prefix the task ids with ``group_id`` (Airflow's default).
     :return: the ``TaskGroup``; its roots are the submit task, its leaves the tasks after it.
@@ -141,12 +208,29 @@ def watermarked_run(
         raise ValueError(f"spark_trigger must be one of {SPARK_TRIGGERS} (or a template), got {spark_trigger!r}")
     if partition_asset is not None and partition_since is None:
         raise ValueError("partition_asset needs partition_since (the first partition's instant)")
+    declared = {"window": window, "event_time": event_time, "watermark_column": watermark_column,
+                "pre_watermark": pre_watermark, "reason_column": reason_column, "partition_column": partition_column}
+    if not attach and any(declared.values()):
+        raise ValueError(f"{sorted(k for k, v in declared.items() if v)} are declarations for an unmodified job: "
+                         "they need attach=True")
+    if bool(partition_column) != bool(partitions):
+        raise ValueError("partition_column and partitions go together (the column and the values to keep apart)")
+    if not 0 <= max_quarantine_rate <= 1:
+        raise ValueError(f"max_quarantine_rate must be a share between 0 and 1, got {max_quarantine_rate!r}")
     ids = {**DEFAULT_TASK_IDS, **(task_ids or {})}
     landings = [str(folder) for folder in landings]
-    args = [*application_args, "--checkpoint", checkpoint, "--trigger", spark_trigger, "--run-tag", "{{ run_id }}"]
-    if max_files_per_trigger not in (None, ""):
-        # One token, so that a template rendering to nothing ("" / "None": all files) reaches the job as such.
-        args.append(f"--max-files-per-trigger={max_files_per_trigger}")
+    if attach:
+        args = [*_declarations(checkpoint, window, event_time, watermark_column, pre_watermark, reason_column,
+                               partition_column, partitions, landings), "--", application, *application_args]
+        application = launcher_path()
+        if launch == "submit":  # the driver log: the job's lines and Spark's warnings, not every INFO line
+            conf = {"spark.log.level": "WARN", "spark.ui.showConsoleProgress": "false", **(conf or {})}
+    else:
+        args = [*application_args, "--checkpoint", checkpoint, "--trigger", spark_trigger,
+                "--run-tag", "{{ run_id }}"]
+        if max_files_per_trigger not in (None, ""):
+            # One token, so that a template rendering to nothing ("" / "None": all files) reaches the job as such.
+            args.append(f"--max-files-per-trigger={max_files_per_trigger}")
     submit_kwargs = {"execution_timeout": timedelta(minutes=30), "name": group_id, **(spark_submit_kwargs or {})}
 
     with TaskGroup(group_id, prefix_group_id=prefix_group_id) as group:
@@ -168,17 +252,22 @@ def watermarked_run(
         @task(task_id=ids["collect"], multiple_outputs=True)
         def collect_progress(checkpoint: str, quarantine_checkpoint: str | None, landings: list[str],
                              run_id=None) -> dict:
-            """This run's micro-batches (batch ids, watermarks, windows emitted, drops), last watermark,
-            rows kept aside, and (with ``lateness``) the drop rate and delay-threshold advice."""
-            from watermark_ops.core.lateness import lateness_report
+            """This run's micro-batches (batch ids, watermarks, windows emitted), last watermark, rows kept
+            aside, the rows late and the drop rate (rows late / rows in, from the ledger; None when the
+            ledger is not complete), Spark's late partial aggregates apart, and (with ``lateness``) the
+            delay-threshold advice."""
+            from watermark_ops.core.ledger import late_ledger
             from watermark_ops.core.progress import run_report
 
             report = run_report(checkpoint, run_id, quarantine_checkpoint)
+            # Rows, from the ledger: Spark's numRowsDroppedByWatermark counts late partial aggregates.
+            ledger = late_ledger(checkpoint, report["batch_ids"]) if report["batch_ids"] else None
+            exact = ledger is not None and ledger.complete
+            report["rows_late"] = ledger.totals()["rows_late"] if exact else None
+            report["drop_rate"] = report["rows_late"] / report["input_rows"] if exact and report["input_rows"] else None
+            report["late_partial_aggregates_spark"] = report["rows_dropped_by_watermark"]
             if lateness:
-                advice = lateness_report(checkpoint, landings).to_dict()
-                report["lateness"] = advice
-                report["drop_rate"] = next(
-                    (r["drop_rate"] for r in advice.get("runs", []) if r.get("run_tag") == run_id), None)
+                report["lateness"] = _lateness(checkpoint, landings)
             return report
 
         @task(task_id=ids["ledger"], multiple_outputs=True, inlets=[CHECKPOINT_REGISTRY])
@@ -195,8 +284,23 @@ def watermarked_run(
             register_checkpoint(get_current_context(), checkpoint, landings=landings, late_sink=late_sink)
             return reconcile_run(checkpoint, run_id, quarantine_checkpoint, sink=late_sink)
 
+        @task(task_id=ids["check"])
+        def check_run(run: dict) -> dict:
+            """Fail a run that set aside more than ``max_quarantine_rate`` of its input rows, or aggregated
+            none: the message names the top reason and one example record (file, line)."""
+            from airflow.sdk.exceptions import AirflowFailException
+
+            from watermark_ops.core.ledger import quarantine_check
+
+            problem = quarantine_check(run, max_quarantine_rate)
+            if problem:
+                raise AirflowFailException(problem)
+            return {"rows_in": run.get("rows_in"), "rows_quarantined": run.get("rows_quarantined"),
+                    "quarantine_rate": run.get("quarantine_rate"), "max_quarantine_rate": max_quarantine_rate}
+
         audit = WatermarkAuditOperator(task_id=ids["audit"], checkpoint=checkpoint)
         ledger = late_ledger(checkpoint, quarantine_checkpoint, landings, late_sink)
+        check_run(ledger)
         submit >> [collect_progress(checkpoint, quarantine_checkpoint, landings), ledger, audit]
 
         gate = None
@@ -213,3 +317,23 @@ def watermarked_run(
             )
             [ledger, *([gate] if gate is not None else [])] >> announce
     return group
+
+
+def _lateness(checkpoint: str, landings: list[str]) -> dict:
+    """The lateness report of the run's checkpoint: drops per run and the advice per landing. A landing
+    the launcher replayed in Spark (the job's own parsing, any format) takes its event times from the
+    replay records, on the late rule's own event-time field."""
+    from watermark_ops.core.lateness import lateness_report
+    from watermark_ops.core.ledger import replayed_lateness
+    from watermark_ops.core.progress import progress_log_path, read_progress_log
+
+    rule = next((r.get("late_rule") for r in reversed(read_progress_log(progress_log_path(checkpoint)).records)
+                 if r.get("late_rule")), None)
+    replayed = None
+    if rule and any(i.get("parsing") == "job" for i in rule.get("inputs") or [] if isinstance(i, dict)):
+        field = rule["event_time"] if isinstance(rule.get("event_time"), str) else None
+        replayed = replayed_lateness(checkpoint, field, landings[0] if landings else None)
+    report = lateness_report(checkpoint, [] if replayed else landings).to_dict()
+    if replayed is not None:
+        report["inputs"] = [replayed.summary()]
+    return report

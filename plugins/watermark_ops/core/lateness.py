@@ -130,7 +130,7 @@ class RunDrops:
 
 
 def drops_per_run(records: Iterable[dict[str, Any]]) -> list[RunDrops]:
-    """Group progress-log records (shape in ``watermark_ops.spark.driver``) by run.
+    """Group progress-log records (shape in ``watermark_ops.spark.recorder``) by run.
 
     :param records: progress-log records of one checkpoint, any order.
     :return: one :class:`RunDrops` per ``(query_id, run_id)``, in the order the runs started
@@ -138,7 +138,7 @@ def drops_per_run(records: Iterable[dict[str, Any]]) -> list[RunDrops]:
         count no rows and add no batch id. A record whose ``allowMultiple`` value is corrupt
         adds nothing to ``late_watermark`` (the ledger names it).
     """
-    from watermark_ops.core.ledger import LedgerError, late_watermark_rule
+    from watermark_ops.core.ledger.rule import LedgerError, late_watermark_rule
 
     runs: dict[tuple[Any, Any], dict[str, Any]] = {}
     for record in records:

@@ -7,7 +7,7 @@ follows the leader, and the trailing key's rows are the ones dropped as late. Fl
 watermarks per split for this; Spark does not, so the skew has to be watched.
 
 Input: the progress log's records (``<checkpoint>.progress.jsonl``, written by
-``watermark_ops.spark.driver``), each with ``partition_column`` (e.g. ``"origin"``) and
+``watermark_ops.spark.recorder``), each with ``partition_column`` (e.g. ``"origin"``) and
 ``event_time_max_ms_by_partition`` (``{"EWR": ms, "JFK": ms, "LGA": ms}``, null for a partition
 without a row in that batch): the job's ``Dataset.observe`` metrics as Spark reported them in
 ``StreamingQueryProgress.observedMetrics``. A partition's newest event time is the maximum over

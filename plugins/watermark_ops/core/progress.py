@@ -1,6 +1,6 @@
 """Read a job's progress log and summarise the micro-batches of one run.
 
-The progress log is written by ``watermark_ops.spark.driver`` (``ProgressRecorder``) beside the
+The progress log is written by ``watermark_ops.spark.recorder`` (``ProgressRecorder``) beside the
 checkpoint, at ``<checkpoint>.progress.jsonl``: one JSON object per micro-batch, reduced from
 Spark's ``StreamingQueryProgress`` (``sql/core/.../streaming/progress.scala``). Fields used here:
 ``query_id``, ``run_id`` (Spark's, new at every restart), ``run_tag`` (the Airflow run id the job
@@ -49,7 +49,7 @@ _TAIL_BLOCK = 64 * 1024
 def progress_log_path(checkpoint: str) -> str:
     """The progress log kept beside a checkpoint: ``<checkpoint>.progress.jsonl``.
 
-    The jobs write it under the same name (``watermark_ops.spark.driver``; a test keeps the two equal).
+    The jobs write it under the same name (``watermark_ops.spark.recorder``; a test keeps the two equal).
 
     :param checkpoint: checkpoint location (a local path or an fsspec URL).
     :return: the same kind of location, string form.

@@ -377,7 +377,7 @@ def conf_requested_but_frozen(records: Sequence[BatchRecord], progress_records: 
     """``conf_changed`` for runs whose requested conf the checkpoint overrode (one per run and key).
 
     :param progress_records: the job's progress-log records (``batch_id``, ``run_id``,
-        ``query_id``, ``requested_conf``; see ``watermark_ops.spark.driver``).
+        ``query_id``, ``requested_conf``; see ``watermark_ops.spark.recorder``).
     :param progress_file: the progress log's location, named in the findings.
     :param query_id: the checkpoint's query id; records of other queries are ignored.
     :param seen: ``(run id, conf key)`` pairs already reported (by an audit of the earlier batches).

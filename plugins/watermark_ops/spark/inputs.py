@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["BASE_QUARANTINE_REASONS", "ISO_DATE_TIME", "check_interval", "classified_json_stream", "classify",
-           "json_reader", "quarantined"]
+__all__ = ["BASE_QUARANTINE_REASONS", "ISO_DATE_TIME", "LANDED_EVENT_TIME", "check_interval", "classified_json_stream",
+           "classify", "column", "json_reader", "quarantined"]
 
 #: The reasons every classified stream can give (a job adds its ``required_fields`` reasons).
 BASE_QUARANTINE_REASONS = ("invalid_encoding", "malformed_record", "null_event_time", "unparseable_event_time",
@@ -92,39 +92,72 @@ def json_reader(reader, schema_ddl: str):
         "columnNameOfCorruptRecord", "_corrupt_record").option("allowNonNumericNumbers", "false")
 
 
+def column(name: str):
+    """``F.col`` of a field *name* taken literally: backticks around it (doubled inside), so that a
+    name with a dot, a space, a dash or a reserved word is one top-level field, not an expression."""
+    from pyspark.sql import functions as F
+
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
+#: The column :func:`classify` keeps a landed field's text under when that field is itself named
+#: ``event_time`` (the parsed timestamp takes the name ``event_time``; the text stays for the quarantine).
+LANDED_EVENT_TIME = "event_time_landed"
+
+
 def classify(raw, schema_ddl: str, event_time_field: str, required_fields: dict[str, str] | None = None,
              max_event_time_ahead: str | None = None):
     """``raw`` (rows read by :func:`json_reader`, streaming or batch) with ``event_time`` and
     ``reason`` added by the rules of :func:`classified_json_stream`.
 
+    Both columns are computed from the landed fields in one projection (``withColumns``), so a
+    landed field that is itself named ``event_time`` is judged as landed, then replaced by the
+    parsed timestamp; its text stays in :data:`LANDED_EVENT_TIME`. Field names are used as column
+    references, never pasted into SQL text: any name works (spaces, dashes, reserved words).
+
+    :param schema_ddl: the DDL ``raw`` was read with (kept for the signature; the fields checked are
+        ``raw``'s own columns but ``_corrupt_record``).
     :raises ValueError: when ``max_event_time_ahead`` is not an interval (:func:`check_interval`).
     """
     from pyspark.sql import functions as F
 
-    event_time = F.when(F.col(event_time_field).rlike(ISO_DATE_TIME),
-                        F.expr(f"try_to_timestamp({event_time_field})"))
+    landed = column(event_time_field)
+    event_time = F.when(landed.rlike(ISO_DATE_TIME), F.try_to_timestamp(landed))
     # Every field of the schema is referenced here, on purpose: Spark's JSON reader parses only the
     # columns a query reads, and a wrong-typed field it does not read does not make the line malformed.
     # Without this, the windows query and the quarantine query (which read different columns) would
     # disagree on which rows are bad, and a row could be neither counted nor kept aside.
-    fields = [part.split()[0] for part in schema_ddl.split(", ") if part.split()[0] != "_corrupt_record"]
-    no_field = ~F.greatest(*(F.col(name).isNotNull() for name in fields))  # {} or only unknown keys
+    fields = [name for name in raw.columns if name != "_corrupt_record"]
+    no_field = ~F.greatest(*(column(name).isNotNull() for name in fields))  # {} or only unknown keys
     reason = (
         # Jackson rejects invalid UTF-8; Spark keeps the line's raw bytes in _corrupt_record.
         F.when(~F.expr("is_valid_utf8(_corrupt_record)"), F.lit("invalid_encoding"))
         .when(F.col("_corrupt_record").isNotNull() | no_field, F.lit("malformed_record"))
-        .when(F.col(event_time_field).isNull(), F.lit("null_event_time"))
+        .when(landed.isNull(), F.lit("null_event_time"))
         .when(event_time.isNull(), F.lit("unparseable_event_time"))
     )
     if check_interval(max_event_time_ahead):
         latest = F.expr(f"current_timestamp() + INTERVAL '{max_event_time_ahead}'")
         reason = reason.when(event_time > latest, F.lit("future_event_time"))
     for name, field in (required_fields or {}).items():
-        reason = reason.when(F.col(field).isNull(), F.lit(name))
-    return raw.withColumn("event_time", event_time).withColumn("reason", reason)
+        reason = reason.when(column(field).isNull(), F.lit(name))
+    added = {"event_time": event_time, "reason": reason}
+    if event_time_field == "event_time":
+        added[LANDED_EVENT_TIME] = landed
+    # One projection: every expression reads the landed columns, before event_time is replaced.
+    classified = raw.withColumns(added)
+    return _with_reasons(classified, required_fields)
 
 
-def quarantined(events, columns=None, reasons=BASE_QUARANTINE_REASONS):
+def _with_reasons(frame, required_fields: dict[str, str] | None):
+    """``frame`` carrying the reasons it can give (:data:`BASE_QUARANTINE_REASONS` plus the job's
+    ``required_fields``), for :func:`quarantined` to count each one."""
+    frame._watermark_ops_reasons = (*BASE_QUARANTINE_REASONS, *(r for r in (required_fields or {})
+                                                               if r not in BASE_QUARANTINE_REASONS))
+    return frame
+
+
+def quarantined(events, columns=None, reasons=None):
     """The bad rows of a classified stream with their ``reason``, the raw line (``_corrupt_record``,
     made valid UTF-8: U+FFFD for each invalid sequence) and the file they came from (``source_file``).
 
@@ -135,14 +168,17 @@ def quarantined(events, columns=None, reasons=BASE_QUARANTINE_REASONS):
     :param events: a frame from :func:`classified_json_stream`.
     :param columns: the columns kept besides ``reason``, ``_corrupt_record`` and ``source_file``
         (default: every column of the schema read).
-    :param reasons: the reasons counted one by one (the base ones plus the job's required fields').
+    :param reasons: the reasons counted one by one; default: those ``events`` can give (the base
+        ones plus the ``required_fields`` reasons :func:`classify` was given), else the base ones.
     """
     from pyspark.sql import functions as F
 
+    if reasons is None:
+        reasons = getattr(events, "_watermark_ops_reasons", BASE_QUARANTINE_REASONS)
     keep = list(columns) if columns is not None else [
         c for c in events.columns if c not in ("reason", "event_time", "_corrupt_record")]
     bad = events.where(F.col("reason").isNotNull()).select(
-        "reason", *keep,
+        "reason", *(column(name) for name in keep),
         # A Parquet string must be UTF-8 (Arrow, pandas refuse the raw bytes): U+FFFD for each invalid sequence.
         F.expr("make_valid_utf8(_corrupt_record)").alias("_corrupt_record"),
         F.col("_metadata.file_path").alias("source_file"),

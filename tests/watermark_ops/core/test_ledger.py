@@ -13,11 +13,12 @@ import pytest
 import flight_inputs
 from tests.watermark_ops import ledger_fixtures as lf
 from watermark_ops.core.ledger import (
-    INPUT_PROFILES,
+    InputProfile,
     LateRule,
     LedgerError,
     classify_line,
     late_ledger,
+    schema_kinds,
     write_late_rows,
 )
 from watermark_ops.core.source_log import file_source_log_offset, parse_source_log
@@ -52,8 +53,11 @@ def test_quarantined_rows_are_counted_as_the_job_does_never_as_late(tmp_path):
     assert batch.rows_aggregated == 2 and batch.late_by("origin") == {"EWR": 2, "JFK": 1, "LGA": 1}
 
 
+FLIGHTS = InputProfile(schema_kinds(flight_inputs.EVENT_SCHEMA_DDL), {"no_arrival": "arr_time"})
+
+
 def test_classification_edge_cases():
-    profile = INPUT_PROFILES["dep_time"]
+    profile = FLIGHTS
 
     def reasons(line: bytes, ahead=None):
         return [r for r, _, _ in classify_line(line, profile, "dep_time", 1_000_000, ahead)]
@@ -78,13 +82,31 @@ def test_classification_edge_cases():
     assert reasons(future) == [None] and reasons(future, ahead=3_600_000) == ["future_event_time"]
 
 
-def test_profiles_are_the_jobs_schemas():
-    def ddl(profile):
-        kinds = {"long": "BIGINT", "int": "INT", "double": "DOUBLE", "string": "STRING"}
-        return ", ".join(f"{name} {kinds[kind]}" for name, kind in profile.schema.items()) + ", _corrupt_record STRING"
+def test_the_recorded_inputs_are_the_jobs_schema():
+    (entry,) = lf.RULE["inputs"]
+    assert entry["schema"] == FLIGHTS.schema and entry["required"] == {"no_arrival": "arr_time"}
+    assert "_corrupt_record" not in entry["schema"] and entry["schema"]["dep_delay"] == "double"
 
-    assert ddl(INPUT_PROFILES["dep_time"]) == flight_inputs.EVENT_SCHEMA_DDL
-    assert ddl(INPUT_PROFILES["time_hour"]) == flight_inputs.WEATHER_SCHEMA_DDL
+
+@pytest.mark.parametrize("inputs, says", [
+    (None, "cannot be exact: the late rule records no input for this source"),
+    ([{"event_time": "dep_time", "schema": {}, "required": {}, "parsing": "job", "format": "csv",
+       "schema_ddl": "dep_time BIGINT", "pre_watermark": "jobs:parse"}],
+     "cannot be exact in Python: the job parses its csv input with its pre-watermark function jobs:parse"),
+    ([{"event_time": "dep_time", "schema": {"dep_time": "string"}, "required": {}, "format": "parquet"}],
+     "cannot be exact in Python: the Python replay reads JSON lines only; this source is parquet"),
+])
+def test_the_python_replay_says_when_it_cannot_be_exact_instead_of_guessing(tmp_path, inputs, says):
+    checkpoint, _ = lf.build(tmp_path)
+    log = Path(str(checkpoint) + ".progress.jsonl")
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    for record in records:
+        record["late_rule"] = {**record["late_rule"], "inputs": inputs}
+    log.write_text("".join(json.dumps(r) + "\n" for r in records))
+    ledger = late_ledger(str(checkpoint))
+    assert not ledger.complete and not any(b.replayed for b in ledger.batches if b.files or b.batch_id)
+    assert ledger.late_rows == [] and ledger.totals()["rows_read"] == 0
+    assert says in ledger.problems[0].message and ledger.problems[0].file.endswith("flights_0.jsonl")
 
 
 def test_a_compacted_log_is_read_when_the_plain_files_were_deleted(tmp_path):
@@ -259,3 +281,24 @@ def test_a_corrupt_huge_log_offset_is_named_and_never_expanded(tmp_path):
     log = read_source_log(storage, f"{root}/sources/0", range(0, 5000))
     (missing,) = log.problems
     assert log.newest == 2 and "no file holds log offsets 3..4999" in missing.message and "(newest entry: 2)" in missing.message
+
+
+def test_the_quarantine_check_fails_a_run_that_sets_aside_most_rows_naming_the_reason_and_an_example():
+    from watermark_ops.core.ledger import quarantine_check
+
+    example = {"batch_id": 4, "file": "file:///landing/readings_3.csv", "line": 2, "event": {"event_time": "HIGH"}}
+    run = {"run_tag": "day-3", "rows_in": 72, "rows_quarantined": 70, "rows_aggregated": 2, "rows_late": 0,
+           "quarantined_by_reason": {"bad_event_time": 66, "gust_not_a_number": 4, "null_event_time": 0},
+           "set_aside_examples": {"bad_event_time": example}, "complete": True}
+    message = quarantine_check(run)
+    assert message.startswith("run day-3 set aside 70 of its 72 input rows (97.2%, more than the 50% allowed)")
+    assert "top reason bad_event_time (66 rows)" in message
+    assert 'e.g. file:///landing/readings_3.csv line 2: {"event_time": "HIGH"}' in message
+    assert quarantine_check(run, max_quarantine_rate=0.99) is None
+    # Input rows and no aggregated row fails whatever the rate: every row late, or a function that drops all.
+    late = {**run, "rows_quarantined": 0, "rows_aggregated": 0, "rows_late": 72, "quarantined_by_reason": {}}
+    assert "read 72 rows and aggregated none (0 set aside, 72 late)" in quarantine_check(late)
+    assert quarantine_check({**late, "complete": False}) is None  # an incomplete ledger knows no aggregated count
+    assert quarantine_check({**run, "rows_in": 0}) is None and quarantine_check({**run, "rows_quarantined": 3}) is None
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        quarantine_check(run, 2)

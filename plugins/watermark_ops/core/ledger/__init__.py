@@ -1,0 +1,83 @@
+"""The late-row ledger: every row the watermark dropped, recovered from the checkpoint.
+
+Spark counts only ``numRowsDroppedByWatermark``, and for an aggregation it counts late *partial
+aggregates* after partial aggregation, not rows. The ledger replays each micro-batch from what the
+checkpoint and the landing folder keep, without touching the job's plan. One concept per module:
+
+* :mod:`~watermark_ops.core.ledger.rule`: the late rule (which rows are late, by which watermark:
+  the previous batch's on Spark >= 3.4 with ``allowMultiple``), and :func:`late_rule` to record it;
+* :mod:`~watermark_ops.core.ledger.plan`: what one batch read (offset log, file source log) and the
+  watermark that judged it; :func:`~watermark_ops.core.ledger.plan.tally` applies the rule to rows;
+* the replays that make the rows: the launcher's Spark replay through the job's own pre-watermark
+  function, any format (records read by :mod:`~watermark_ops.core.ledger.replayed`), or the Python
+  replay of the package's classified JSON lines (:mod:`~watermark_ops.core.ledger.lines`), which says
+  when it cannot be exact instead of guessing;
+* :mod:`~watermark_ops.core.ledger.replay`: :func:`late_ledger`, a checkpoint's ledger;
+* :mod:`~watermark_ops.core.ledger.model`: the values (:class:`LateRow`, :class:`BatchLedger`, :class:`LateLedger`);
+* :mod:`~watermark_ops.core.ledger.sink`: the late-row sink, one run's balance (:func:`reconcile_run`)
+  and its quarantine check.
+
+All instants are epoch milliseconds UTC. Pure core: no Airflow, no Spark.
+"""
+
+from __future__ import annotations
+
+from watermark_ops.core.ledger.lines import classify_line
+from watermark_ops.core.ledger.model import BatchLedger, LateLedger, LateRow
+from watermark_ops.core.ledger.plan import TICK_PREFIX, BatchPlan, ReplayRow, plan_batch, tally
+from watermark_ops.core.ledger.replay import late_ledger
+from watermark_ops.core.ledger.replayed import (
+    FILTERED_BY_JOB,
+    read_replay_log,
+    replay_log_path,
+    replay_record,
+    replayed_lateness,
+)
+from watermark_ops.core.ledger.rule import (
+    ALLOW_MULTIPLE_CONF,
+    InputProfile,
+    LateRule,
+    LateWatermarkRule,
+    LedgerError,
+    interval_ms,
+    late_rule,
+    late_watermark_rule,
+    schema_kinds,
+)
+from watermark_ops.core.ledger.sink import (
+    DEFAULT_MAX_QUARANTINE_RATE,
+    quarantine_check,
+    reconcile_run,
+    write_late_rows,
+)
+
+__all__ = [
+    "ALLOW_MULTIPLE_CONF",
+    "DEFAULT_MAX_QUARANTINE_RATE",
+    "FILTERED_BY_JOB",
+    "TICK_PREFIX",
+    "BatchLedger",
+    "BatchPlan",
+    "InputProfile",
+    "LateLedger",
+    "LateRow",
+    "LateRule",
+    "LateWatermarkRule",
+    "LedgerError",
+    "ReplayRow",
+    "classify_line",
+    "interval_ms",
+    "late_ledger",
+    "late_rule",
+    "late_watermark_rule",
+    "plan_batch",
+    "quarantine_check",
+    "read_replay_log",
+    "reconcile_run",
+    "replay_log_path",
+    "replay_record",
+    "replayed_lateness",
+    "schema_kinds",
+    "tally",
+    "write_late_rows",
+]

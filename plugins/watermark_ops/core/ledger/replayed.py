@@ -1,0 +1,141 @@
+"""The launcher's Spark replay records: the late-row ledger of a job whose parsing is its own.
+
+After a run's queries stop, the launcher (``watermark_ops.spark.launch``) replays each of the run's
+micro-batches in the same driver: the files the batch read (:class:`~watermark_ops.core.ledger.plan.BatchPlan`)
+are read as a Spark batch with the stream's own reader settings, passed through the job's
+pre-watermark function, and judged by the late rule with the watermark the checkpoint recorded
+(``watermark_ops.spark.replay``). Each batch's result is appended as one JSON line to
+``<checkpoint>.replay.jsonl`` (beside the checkpoint and its progress log; a re-run batch is
+appended again and the newest line wins)::
+
+    {"query_id": str, "batch_id": int, "run_tag": str | null, "replayed_by": "spark",
+     "files": [uri], "rows_read": int,            # rows the batch's files made (Spark's numInputRows)
+     "rows_quarantined": {reason: int},          # rows the job sets aside (its reason column; rows its
+                                                 #   function filters out count as "filtered_by_job")
+     "set_aside_examples": {reason: {"file", "line", "event"}},
+     "rows_aggregated": int,                     # rows that entered the watermark and were not late
+     "late_rows": [LateRow.to_dict()],
+     "late_watermark_ms": int,                   # the watermark late rows were judged by
+     "event_times_ms": [int],                    # rows entering the watermark, in arrival order
+     "problems": [str]}                          # e.g. the replay read other row counts than Spark
+
+:func:`watermark_ops.core.ledger.late_ledger` reads these records where they exist (CLI, Airflow
+ledger task, UI), and :func:`replayed_lateness` turns the event times into the lateness advice on
+the job's own event-time field, whatever the landed format. All instants epoch ms UTC. Pure core.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from watermark_ops.core.lateness import LandedLateness, observed_lateness
+from watermark_ops.core.ledger.model import BatchLedger, LateRow
+from watermark_ops.core.ledger.plan import BatchPlan
+from watermark_ops.core.progress import _Reader
+
+__all__ = ["FILTERED_BY_JOB", "batch_from_record", "read_replay_log", "replay_log_path", "replay_record",
+           "replayed_lateness"]
+
+#: The reason counted for rows the job's pre-watermark function filters out without naming why.
+FILTERED_BY_JOB = "filtered_by_job"
+
+
+def replay_log_path(checkpoint: str) -> str:
+    """``<checkpoint>.replay.jsonl``: where the launcher's Spark replay records live."""
+    return str(checkpoint).rstrip("/") + ".replay.jsonl"
+
+
+def replay_record(batch: BatchLedger, query_id: str | None, run_tag: str | None, event_times_ms: list[int],
+                  problems: list[str] | None = None) -> dict[str, Any]:
+    """One replayed batch as a replay-log line (module docstring)."""
+    return {
+        "query_id": query_id, "batch_id": batch.batch_id, "run_tag": run_tag, "replayed_by": "spark",
+        "files": list(batch.files), "rows_read": batch.rows_read, "rows_quarantined": dict(batch.rows_quarantined),
+        "set_aside_examples": dict(batch.set_aside_examples), "rows_aggregated": batch.rows_aggregated,
+        "late_rows": [row.to_dict() for row in batch.late_rows], "late_watermark_ms": batch.late_watermark_ms,
+        "event_times_ms": list(event_times_ms), "problems": list(problems or []),
+    }
+
+
+def read_replay_log(checkpoint: str, query_id: str | None = None, *, filesystem: Any = None,
+                    storage_options: dict[str, Any] | None = None) -> tuple[dict[int, dict[str, Any]], list[str]]:
+    """The newest replay record of each batch id of ``query_id`` (all queries when None).
+
+    :return: ``({batch id: record}, problems)``: a line that is not a record of this shape is a
+        problem naming the file and line, never used. A missing log is empty.
+    :raises OSError: when the log exists but cannot be read.
+    """
+    location = replay_log_path(checkpoint)
+    try:
+        data = _Reader(location, filesystem, storage_options).whole()
+    except FileNotFoundError:
+        return {}, []
+    records: dict[int, dict[str, Any]] = {}
+    problems = []
+    for number, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError as exc:
+            problems.append(f"{location}:{number}: expected one JSON object per line ({exc})")
+            continue
+        if not (isinstance(record, dict) and isinstance(record.get("batch_id"), int)
+                and isinstance(record.get("late_rows"), list) and isinstance(record.get("rows_read"), int)):
+            problems.append(f"{location}:{number}: expected a replay record with batch_id, rows_read and late_rows")
+            continue
+        if query_id is None or record.get("query_id") in (None, query_id):
+            records[record["batch_id"]] = record
+    return records, problems
+
+
+def batch_from_record(plan: BatchPlan, record: dict[str, Any]) -> tuple[BatchLedger, str | None]:
+    """The :class:`BatchLedger` a replay record holds, judged against the plan read from the checkpoint.
+
+    :return: ``(batch, problem)``: the batch not replayed, with a problem naming why, when the record
+        disagrees with the checkpoint (other files than the source log names) or says its replay was
+        not exact.
+    """
+    planned = list(dict.fromkeys(uri for _, uri in plan.files))
+    if list(record.get("files") or []) != planned:
+        return plan.unreplayed(), (f"batch {plan.batch_id}: the Spark replay read {len(record.get('files') or [])} "
+                                   f"files, the checkpoint's source log names {len(planned)}: expected the same files")
+    if record.get("problems"):
+        return plan.unreplayed(), f"batch {plan.batch_id}: the Spark replay was not exact: {'; '.join(record['problems'])}"
+    rows = []
+    for item in record.get("late_rows") or []:
+        rows.append(LateRow(plan.batch_id, item.get("source_file"), item.get("line"), item.get("event") or {},
+                            int(item["event_time_ms"]), int(item["watermark_ms"]), int(item["late_by_ms"]),
+                            item.get("window_start_ms"), item.get("window_end_ms")))
+    batch = BatchLedger(plan.batch_id, True, plan.watermark_ms, plan.timestamp_ms, tuple(planned), plan.log_offsets,
+                        int(record["rows_read"]), {str(k): int(v) for k, v in (record.get("rows_quarantined") or {}).items()},
+                        int(record.get("rows_aggregated") or 0), tuple(rows), rule=plan.rule,
+                        late_watermark_ms=plan.late_watermark_ms, late_watermark=plan.late_watermark,
+                        replayed_by="spark", set_aside_examples=dict(record.get("set_aside_examples") or {}),
+                        **plan.spark_rows())
+    return batch, None
+
+
+def replayed_lateness(checkpoint: str, event_time_field: str | None, landing: str | None = None, *,
+                      filesystem: Any = None, storage_options: dict[str, Any] | None = None) -> LandedLateness | None:
+    """The observed lateness of the rows entering the watermark, from the Spark replay records.
+
+    Arrival order is batch order, then the order the batch read its files (the source log's), then
+    line: the lateness of a row is how far its event time lies behind the newest event time seen
+    before it (:func:`watermark_ops.core.lateness.observed_lateness`), as the advice on a landing
+    folder models it; here for any landed format and the job's own event-time parsing.
+
+    :return: a :class:`~watermark_ops.core.lateness.LandedLateness` (``files``: the files the replayed
+        batches read), None when the checkpoint has no replay record.
+    :raises OSError: when the replay log exists but cannot be read.
+    """
+    records, problems = read_replay_log(checkpoint, filesystem=filesystem, storage_options=storage_options)
+    if not records:
+        return None
+    times, files = [], set()
+    for batch_id in sorted(records):
+        times.extend(int(t) for t in records[batch_id].get("event_times_ms") or [])
+        files.update(records[batch_id].get("files") or [])
+    return LandedLateness(landing=str(landing or checkpoint), event_time_field=event_time_field, files=len(files),
+                          lateness_ms=observed_lateness(times), problems=problems[:20], malformed=len(problems))

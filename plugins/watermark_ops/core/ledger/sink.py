@@ -1,0 +1,175 @@
+"""The ledger's outputs: the late-row sink, one run's balance, and the run's quarantine check.
+
+* :func:`write_late_rows`: the late rows to a sink folder of the ledger's own (never the checkpoint);
+* :func:`reconcile_run`: what one DAG run's batches did with their rows: ``rows_in`` (Spark's input
+  rows) = aggregated + late + set aside, every figure in rows (Spark's own
+  ``numRowsDroppedByWatermark`` is kept apart and named for what it is: late partial aggregates);
+* :func:`quarantine_check`: a run that sets aside most of its rows, or aggregates none of them, is a
+  failed run: the check names the top reason and one example record (file, line).
+
+Pure core: plain data in, plain data out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from typing import Any
+
+from watermark_ops.core.checkpoint import filesystem_for
+from watermark_ops.core.ledger.model import LateLedger
+from watermark_ops.core.ledger.replay import late_ledger
+from watermark_ops.core.ledger.rule import LedgerError
+from watermark_ops.core.progress import run_report
+
+__all__ = ["DEFAULT_MAX_QUARANTINE_RATE", "quarantine_check", "reconcile_run", "write_late_rows"]
+
+#: The share of a run's input rows that may be set aside before the run fails its check.
+DEFAULT_MAX_QUARANTINE_RATE = 0.5
+
+
+def write_late_rows(ledger: LateLedger, sink: Any, *, storage_options: dict[str, Any] | None = None,
+                    filesystem: Any = None) -> list[str]:
+    """Write the late rows to ``<sink>/batch=<N>.jsonl``, one JSON object per line (:meth:`LateRow.to_dict`).
+
+    One file per replayed batch that read at least one landed file (an empty file when none of
+    its rows was late), written atomically (a hidden ``.batch=<N>.jsonl.<uuid>.tmp`` in the same
+    folder, then renamed over the old one) and idempotent: the content depends only on the
+    checkpoint and the landed files, so a re-run rewrites the same bytes.
+
+    :param sink: a folder (local path or fsspec URL), e.g. ``<output>_late``; never the checkpoint.
+    :param filesystem: an fsspec filesystem to write with (``sink`` a path or URL on it);
+        default: ``fsspec.core.url_to_fs(sink, **storage_options)``.
+    :return: the files written, in batch order.
+    :raises LedgerError: when ``sink`` lies inside the ledger's checkpoint.
+    :raises OSError: when the sink cannot be written.
+    """
+    import fsspec
+
+    if filesystem is not None:
+        fs, folder = filesystem, filesystem._strip_protocol(os.fspath(sink))
+    else:
+        fs, folder = fsspec.core.url_to_fs(os.fspath(sink), **(storage_options or {}))
+    folder = folder.rstrip("/")
+    checkpoint = fs._strip_protocol(str(ledger.checkpoint)).rstrip("/")
+    if folder == checkpoint or folder.startswith(checkpoint + "/"):
+        raise LedgerError(f"{sink}: the late-rows sink must not be inside the checkpoint {ledger.checkpoint}")
+    fs.makedirs(folder, exist_ok=True)
+    written = []
+    for batch in ledger.batches:
+        if not batch.replayed or not batch.files:
+            continue
+        rows = sorted(batch.late_rows, key=lambda r: (r.source_file, r.line, r.event_time_ms))
+        data = "".join(json.dumps(r.to_dict(), sort_keys=True) + "\n" for r in rows).encode("utf-8")
+        target = f"{folder}/batch={batch.batch_id}.jsonl"
+        temp = f"{folder}/.batch={batch.batch_id}.jsonl.{uuid.uuid4().hex}.tmp"
+        with fs.open(temp, "wb") as handle:
+            handle.write(data)
+        try:
+            fs.mv(temp, target)
+        except Exception:
+            fs.rm(temp)
+            raise
+        written.append(fs.unstrip_protocol(target) if "://" in os.fspath(sink) else target)
+    return written
+
+
+def reconcile_run(checkpoint: str, run_tag: str, quarantine_checkpoint: str | None = None,
+                  sink: str | None = None, *, filesystem: Any = None,
+                  storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The late rows of one run (the DAG's run id as ``--run-tag``) and its balance.
+
+    ``rows_in`` (Spark's input rows of the run's batches, progress log) must equal
+    ``rows_aggregated`` (the ledger's rows that entered the watermark and were not late) +
+    ``rows_late`` (the ledger) + ``rows_quarantined``: the job's quarantine query's count (its
+    ``observed_metrics["quarantine"]``, ``watermark_ops.spark.quarantined``) where it reports one,
+    else the ledger's own count of the rows the job set aside (the Spark replay of a job's own
+    parsing). ``quarantine_source`` says which.
+
+    :param sink: when given, the late rows are written there (:func:`write_late_rows`).
+    :param filesystem: / storage_options: how to reach the checkpoint, its logs and landed files.
+    :return: ``{"run_tag", "batch_ids", "rows_in", "rows_aggregated", "rows_late", "rows_quarantined",
+        "quarantined_by_reason", "quarantine_source": "quarantine_query" | "ledger", "quarantine_rate",
+        "set_aside_examples", "balanced": bool, "drop_rate" (rows late / rows in, None without a
+        complete ledger), "late_partial_aggregates_spark" (Spark's numRowsDroppedByWatermark),
+        "late_by_batch", "late_by_origin", "late_by_partition", "worst_late_by_ms", "replayed_by",
+        "ledger_rows_read", "ledger_quarantined", "complete", "problems": [str], "not_replayable",
+        "sink_files": [str]}``.
+    :raises OSError: when a progress log or the sink cannot be read or written.
+    """
+    report = run_report(checkpoint, run_tag, quarantine_checkpoint, filesystem=filesystem,
+                        storage_options=storage_options)
+    ledger = late_ledger(checkpoint, report["batch_ids"], filesystem=filesystem, storage_options=storage_options)
+    totals = ledger.totals()
+    rows_in = report["input_rows"]
+    if report["quarantined_by_reason"]:  # the job's quarantine query counts its rows (observed metrics)
+        quarantined, by_reason, source = report["quarantined_rows"], report["quarantined_by_reason"], "quarantine_query"
+    else:
+        quarantined, by_reason, source = totals["rows_quarantined"], totals["quarantined_by_reason"], "ledger"
+    return {
+        "run_tag": run_tag,
+        "batch_ids": report["batch_ids"],
+        "rows_in": rows_in,
+        "rows_aggregated": totals["rows_aggregated"],
+        "rows_late": totals["rows_late"],
+        "rows_quarantined": quarantined,
+        "quarantined_by_reason": by_reason,
+        "quarantine_source": source,
+        "quarantine_rate": quarantined / rows_in if rows_in else None,
+        "set_aside_examples": totals["set_aside_examples"],
+        "balanced": ledger.complete and rows_in == totals["rows_aggregated"] + totals["rows_late"] + quarantined,
+        "drop_rate": totals["rows_late"] / rows_in if (rows_in and ledger.complete) else None,
+        "late_partial_aggregates_spark": report["rows_dropped_by_watermark"],
+        "late_by_batch": totals["late_by_batch"],
+        "late_by_origin": totals["late_by_origin"],
+        "late_by_partition": totals["late_by_partition"],
+        "worst_late_by_ms": max((r.late_by_ms for r in ledger.late_rows), default=None),
+        "replayed_by": sorted({b.replayed_by for b in ledger.batches if b.replayed_by and b.files}),
+        "ledger_rows_read": totals["rows_read"],
+        "ledger_quarantined": totals["rows_quarantined"],
+        "complete": ledger.complete,
+        "problems": list(dict.fromkeys([f"{p.file}: {p.message}" for p in ledger.problems]
+                                       + report["progress_log_problems"])),
+        "not_replayable": list(ledger.not_replayable),
+        "sink_files": write_late_rows(ledger, sink, filesystem=filesystem_for(sink, filesystem),
+                                      storage_options=storage_options) if sink else [],
+    }
+
+
+def quarantine_check(run: dict[str, Any], max_quarantine_rate: float = DEFAULT_MAX_QUARANTINE_RATE) -> str | None:
+    """Why a run failed its quarantine check, None when it passed.
+
+    A run fails when it set aside more than ``max_quarantine_rate`` of its input rows, or read rows and
+    aggregated none (every row set aside or late): bad input is kept aside, but a job that sets
+    everything aside is broken, and nobody should learn it from an empty dashboard a week later.
+
+    :param run: :func:`reconcile_run`'s result.
+    :param max_quarantine_rate: the share (0..1) of input rows that may be set aside.
+    :return: a message naming the counts, the top reason and one example record (file, line), or None.
+    :raises ValueError: for a rate outside 0..1.
+    """
+    if not 0 <= max_quarantine_rate <= 1:
+        raise ValueError(f"max_quarantine_rate must be a share between 0 and 1, got {max_quarantine_rate!r}")
+    rows_in = run.get("rows_in") or 0
+    if not rows_in:
+        return None
+    quarantined = run.get("rows_quarantined") or 0
+    too_many = quarantined / rows_in > max_quarantine_rate
+    none_aggregated = (run.get("rows_aggregated") or 0) == 0 and run.get("complete", True)
+    if not (too_many or none_aggregated):
+        return None
+    by_reason = {k: v for k, v in (run.get("quarantined_by_reason") or {}).items() if v}
+    why = (f"set aside {quarantined} of its {rows_in} input rows ({quarantined / rows_in:.1%}, more than the "
+           f"{max_quarantine_rate:.0%} allowed)" if too_many
+           else f"read {rows_in} rows and aggregated none ({quarantined} set aside, {run.get('rows_late') or 0} late)")
+    message = f"run {run.get('run_tag')} {why}"
+    if by_reason:
+        top = max(by_reason, key=lambda reason: (by_reason[reason], reason))
+        message += f"; top reason {top} ({by_reason[top]} rows)"
+        examples = run.get("set_aside_examples") or {}
+        example = examples.get(top) or next(iter(examples.values()), None)
+        if example:
+            line = f" line {example['line']}" if example.get("line") is not None else ""
+            message += f"; e.g. {example.get('file')}{line}: {json.dumps(example.get('event'), default=str)[:300]}"
+    return message

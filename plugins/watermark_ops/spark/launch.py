@@ -1,0 +1,373 @@
+"""The launcher: run a team's unmodified Structured Streaming script with the recorder attached.
+
+::
+
+    python -m watermark_ops.spark.launch [declarations] -- JOB.py [the job's own arguments]
+    spark-submit [spark options] .../watermark_ops/spark/launch.py [declarations] -- JOB.py [arguments]
+
+The job stays as it is: its argument parsing, ``SparkSession.builder...getOrCreate()``,
+``readStream``, ``withWatermark``, its sinks, trigger and checkpoint locations, ``awaitTermination()``,
+even a ``spark.stop()`` or ``sys.exit`` of its own. The launcher (what the run pattern,
+``watermark_ops.airflow.run.watermarked_run(attach=True)``, gives spark-submit or the Spark Connect
+operator as the application):
+
+1. takes the declared checkpoint's lock (exit 3 when another driver holds it), and over Spark
+   Connect (``--remote``) creates the client session the job's ``getOrCreate()`` then joins
+   (``SPARK_REMOTE``), versions checked (exit 4) and the server reachable (exit 5);
+2. attaches the recorder (:class:`watermark_ops.spark.attach.Attachment`) and runs the script as
+   ``__main__`` (as ``runpy.run_path`` does: the script's folder first on ``sys.path``, ``sys.argv``
+   its own; its globals kept, so its pre-watermark function is taken from the run, not re-imported);
+3. waits for the queries it started, records their last batches (progress log beside each
+   checkpoint, with the declared late rule on the declared checkpoint's query);
+4. with a declared pre-watermark function (``--pre-watermark module:function``), replays each of
+   the run's batches in Spark through it (:mod:`watermark_ops.spark.replay`): the exact late rows
+   of the job's own parsing, any file format (exit 6 when that replay fails: the run's data is
+   committed, its ledger is not);
+5. stops the session, releases the locks and exits with the script's status (``run_driver``: the
+   exit path that survives a killed spark-submit).
+
+What the launcher needs and the job does not say is declared once, on the run pattern, and reaches
+it as the flags below; the launcher records it in every progress record beside the checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+log = logging.getLogger("watermark_ops.spark")
+
+__all__ = ["EXIT_REPLAY_FAILED", "main", "parse_launch_args"]
+
+#: The exit status of a run whose queries finished but whose batches could not be replayed in Spark.
+EXIT_REPLAY_FAILED = 6
+
+
+def parse_launch_args(argv: list[str]) -> tuple[argparse.Namespace, str, list[str]]:
+    """``[declarations] -- JOB.py [arguments]`` → ``(declarations, job script, its arguments)``.
+
+    :raises SystemExit: (argparse) for an unknown declaration or a missing script.
+    """
+    parser = argparse.ArgumentParser(prog="python -m watermark_ops.spark.launch",
+                                     description="Run a Structured Streaming script with the watermark-ops recorder.")
+    parser.add_argument("--checkpoint", help="the checkpoint of the query the late rule is about (the job's own)")
+    parser.add_argument("--run-tag", help="stamped on every progress record (the DAG's run id)")
+    parser.add_argument("--window", help="the query's tumbling event-time window ('1 hour'): late rows are those "
+                                         "whose window closed; without it, those whose event time is behind the watermark")
+    parser.add_argument("--event-time", help="the landed field the event time comes from (default: the column "
+                                             "withWatermark is called on)")
+    parser.add_argument("--watermark-column", help="the column withWatermark is called on, when the job has several")
+    parser.add_argument("--pre-watermark", metavar="MODULE:FUNCTION",
+                        help="the job's function from raw rows to the rows that enter withWatermark: each batch is "
+                             "replayed through it in Spark after the run (exact late rows)")
+    parser.add_argument("--reason-column", help="the pre-watermark function's column naming why a row is set aside")
+    parser.add_argument("--partition-column", help="observe each batch's newest event time per value of this column")
+    parser.add_argument("--partitions", help="the values of the partition column to keep apart (comma-separated)")
+    parser.add_argument("--landing", help="the query's landing folder (chooses among several sources; an owed "
+                                          "trailing batch is run with an empty file landed there)")
+    parser.add_argument("--master", help="the Spark master when the job's builder and spark-submit set none")
+    parser.add_argument("--remote", metavar="URL", help="run on this Spark Connect server (sc://host:port)")
+    parser.add_argument("--session-id", metavar="UUID", help="with --remote: the server-side session to use")
+    parser.add_argument("--conf", dest="spark_conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="with --remote: a session conf (repeatable)")
+    if "--" not in argv:
+        parser.error("expected '-- JOB.py [its arguments]' after the declarations")
+    split = argv.index("--")
+    args = parser.parse_args(argv[:split])
+    rest = argv[split + 1:]
+    if not rest:
+        parser.error("expected the job script after '--'")
+    if args.partition_column and not args.partitions:
+        parser.error("--partition-column needs --partitions (the values to keep apart)")
+    return args, rest[0], rest[1:]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the launcher (module docstring); returns the exit status."""
+    from watermark_ops.spark.attach import Attachment
+    from watermark_ops.spark.driver import stop_orphans
+    from watermark_ops.spark.exits import EXIT_CHECKPOINT_IN_USE, EXIT_SERVER_LOST, EXIT_VERSION_MISMATCH
+    from watermark_ops.spark.lock import CheckpointInUse
+    from watermark_ops.spark.session import remote_session, server_lost, stop_session
+
+    args, script, script_args = parse_launch_args(list(sys.argv[1:] if argv is None else argv))
+    script = str(Path(script).resolve())
+    here = str(Path(__file__).resolve().parent)
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]  # launch.py run as a file
+    sys.path.insert(0, str(Path(script).parent))
+    remote, session = None, None
+    if args.remote:
+        from watermark_ops.spark.connect import ConnectVersionMismatch, with_session_id
+
+        try:
+            session = remote_session(args)
+            remote = session._watermark_ops_remote
+        except ConnectVersionMismatch as exc:
+            log.error("not started: %s", exc)
+            return EXIT_VERSION_MISMATCH
+        except Exception as exc:
+            if server_lost(exc):
+                log.error("not started: the Spark Connect server %s cannot be reached: %s", args.remote, exc)
+                return EXIT_SERVER_LOST
+            raise
+        os.environ["SPARK_REMOTE"] = with_session_id(args.remote, remote["session_id"])  # the job's getOrCreate joins it
+    elif args.master:
+        os.environ.setdefault("MASTER", args.master)
+    partition = (args.partition_column, tuple(v.strip() for v in args.partitions.split(",") if v.strip())) \
+        if args.partition_column else None
+    attachment = Attachment(args.run_tag, lambda started, progress: _late_rule(args, attachment, started, progress),
+                            lock_holder={"spark_connect": remote} if remote else None, on_takeover=stop_orphans,
+                            partition=partition)
+    code = 0
+    try:
+        if args.checkpoint:
+            attachment.lock(args.checkpoint)
+            _tick_if_owed(args)
+        attachment.attach()
+        namespace: dict[str, Any] = {}
+        try:
+            code = _run_script(script, script_args, namespace)
+        finally:
+            attachment.detach()
+        code = _finish_queries(attachment, failed=code != 0) or code
+        if code == 0 and args.pre_watermark:
+            code = _replay(args, attachment, script, namespace)
+    except CheckpointInUse as exc:
+        log.error("not started: %s", exc)
+        return EXIT_CHECKPOINT_IN_USE
+    except Exception as exc:  # noqa: BLE001 - reported; the exit status says what happened
+        if remote and server_lost(exc):
+            log.error("the Spark Connect server %s was lost during the run (down or restarted): %s. The checkpoint "
+                      "is restartable: the next run re-runs the batch in flight", args.remote, exc)
+            return EXIT_SERVER_LOST
+        traceback.print_exc()
+        code = code or 1
+    finally:
+        attachment.release()
+        session = attachment.spark or session
+        if session is not None:
+            stop_session(session)
+    return code
+
+
+def _run_script(script: str, script_args: list[str], namespace: dict[str, Any]) -> int:
+    """Run ``script`` as ``__main__`` with its own ``sys.argv`` (as ``runpy.run_path`` does), its
+    globals kept in ``namespace`` even when it ends with ``sys.exit``; its exit status.
+
+    :raises watermark_ops.spark.lock.CheckpointInUse: a query's checkpoint is held by another driver.
+    """
+    import builtins
+    import types
+
+    from watermark_ops.spark.lock import CheckpointInUse
+
+    module = types.ModuleType("__main__")
+    module.__dict__.update({"__file__": script, "__builtins__": builtins, "__loader__": None, "__spec__": None,
+                            "__cached__": None})
+    saved_argv, saved_main = sys.argv, sys.modules.get("__main__")
+    sys.argv = [script, *script_args]
+    sys.modules["__main__"] = module
+    try:
+        code = compile(Path(script).read_bytes(), script, "exec")
+        exec(code, module.__dict__)  # noqa: S102 - running the team's own job script is the launcher's purpose
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            return exc.code or 0
+        print(exc.code, file=sys.stderr)
+        return 1
+    except CheckpointInUse:
+        raise
+    except Exception:
+        traceback.print_exc()
+        return 1
+    finally:
+        sys.argv = saved_argv
+        if saved_main is not None:
+            sys.modules["__main__"] = saved_main
+        namespace.update(module.__dict__)
+    return 0
+
+
+def _finish_queries(attachment, failed: bool) -> int:
+    """Wait for the queries the script started (availableNow/once end by themselves; a query of any
+    other trigger, or any query of a failed script, is stopped), then record their last batches.
+
+    :return: 1 when a query ended with an exception, else 0.
+    """
+    from watermark_ops.spark.recorder import POLL_SECONDS
+
+    code = 0
+    recorder = attachment.recorder
+    for started in attachment.queries:
+        query = started.query
+        try:
+            if query.isActive and (failed or started.spark_trigger not in ("availableNow", "once")):
+                query.stop()
+            while not query.awaitTermination(POLL_SECONDS):
+                if recorder is not None:
+                    recorder.flush(query)
+        except Exception as exc:  # noqa: BLE001 - the query's own failure: reported, the others still recorded
+            log.error("query %s (%s) failed: %s", started.name, query.id, exc)
+            code = 1
+    for started in attachment.queries:
+        if recorder is not None and started.checkpoint is not None:
+            try:
+                recorder.flush(started.query)
+            except Exception as exc:  # noqa: BLE001 - a lost Connect server: what was recorded stays
+                log.warning("query %s: could not read its last progress (%s)", started.query.id, exc)
+    if recorder is not None:
+        recorder.close()
+    for started in attachment.queries:
+        if started.checkpoint is not None:
+            log.info("query %s (%s): recorded beside %s", started.name or Path(started.checkpoint).name,
+                     started.query.id, started.checkpoint)
+    return code
+
+
+def _main_query(args: argparse.Namespace, attachment) -> Any:
+    """The started query whose checkpoint is the declared one, None when none is."""
+    from watermark_ops.spark.attach import same_location
+
+    return next((s for s in attachment.queries if same_location(s.checkpoint, args.checkpoint)), None)
+
+
+def _watermark(args: argparse.Namespace, attachment) -> tuple[str | None, str | None]:
+    """``(column, delay threshold)`` of the job's ``withWatermark`` (the declared column's when several)."""
+    calls = list(dict.fromkeys(attachment.watermarks))
+    if args.watermark_column:
+        return args.watermark_column, next((d for c, d in calls if c == args.watermark_column), None)
+    if len({c for c, _ in calls}) > 1:
+        log.warning("the job calls withWatermark on %s: declare --watermark-column; using %s",
+                    sorted({c for c, _ in calls}), calls[0][0])
+    return calls[0] if calls else (None, None)
+
+
+def _sources_of(progress: dict[str, Any], attachment, landing: str | None) -> list[Any]:
+    """The captured reader settings of each source of a query's progress, in plan order (by the path
+    its description names: ``FileStreamSource[file:/landing]``); None for a source not captured."""
+    from watermark_ops.spark.attach import same_location
+
+    found = []
+    for entry in progress.get("sources") or []:
+        text = str(entry.get("description") or "")
+        path = text[text.find("[") + 1:text.rfind("]")] if "[" in text else None
+        match = [s for s in attachment.sources if same_location(s.path, path)]
+        if not match and len(attachment.sources) == 1:
+            match = attachment.sources
+        if len(match) > 1 and landing:
+            match = [s for s in match if same_location(s.path, landing)] or match
+        found.append(match[-1] if match else None)
+    return found
+
+
+def _late_rule(args: argparse.Namespace, attachment, started, progress: dict[str, Any]) -> dict[str, Any] | None:
+    """The declared checkpoint's query's late rule, with what the launcher saw of the job (its
+    reader settings, its watermark column and delay); None for the job's other queries."""
+    from watermark_ops.core.ledger.rule import late_rule
+    from watermark_ops.spark.attach import same_location
+
+    if not same_location(started.checkpoint, args.checkpoint):
+        return None
+    column, delay = _watermark(args, attachment)
+    if column is None:
+        log.warning("query %s: no withWatermark seen: recorded without a late rule", started.name)
+        return None
+    field = args.event_time or column
+    rule = late_rule("window_end" if args.window else "event_time", field, delay or "0 seconds", window=args.window)
+    inputs = []
+    for source in _sources_of(progress, attachment, args.landing):
+        if source is None:
+            inputs.append({"event_time": field, "schema": {}, "required": {}, "parsing": "job", "format": "unknown"})
+            continue
+        inputs.append({"event_time": field, "schema": {}, "required": {}, "parsing": "job", "format": source.format,
+                       "schema_ddl": source.schema_ddl(), "options": dict(source.options),
+                       "pre_watermark": args.pre_watermark, "reason_column": args.reason_column,
+                       "watermark_column": column})
+    if len(inputs) > 1:
+        rule["event_time"] = [field] * len(inputs)
+    if inputs:
+        rule["inputs"] = inputs
+    return rule
+
+
+def _pre_watermark_function(spec: str, script: str, namespace: dict[str, Any]) -> Callable[[Any], Any]:
+    """``module:function`` → the function: the script's own (``module`` its file name's stem) from the
+    globals its run left, so an unguarded script is not run twice; another module imported from the
+    script's folder.
+
+    :raises ValueError: for another form, or a name that is not a function of the module.
+    """
+    module, sep, name = spec.partition(":")
+    if not sep or not module or not name:
+        raise ValueError(f"--pre-watermark expects MODULE:FUNCTION, got {spec!r}")
+    if module == Path(script).stem:
+        function = namespace.get(name)
+    else:
+        function = getattr(importlib.import_module(module), name, None)
+    if not callable(function):
+        raise ValueError(f"--pre-watermark {spec}: {module} has no function {name}")
+    return function
+
+
+def _replay(args: argparse.Namespace, attachment, script: str, namespace: dict[str, Any]) -> int:
+    """Replay the declared query's batches of this run through the job's pre-watermark function."""
+    from watermark_ops.spark.replay import replay_run
+
+    started = _main_query(args, attachment)
+    if started is None:
+        log.error("the job started no query on the declared checkpoint %s: nothing to replay (queries: %s)",
+                  args.checkpoint, [s.checkpoint for s in attachment.queries])
+        return EXIT_REPLAY_FAILED
+    try:
+        records = attachment.recorder.records(started.query)
+        batch_ids = [r["batch_id"] for r in records if r.get("executed")]
+        if not batch_ids:
+            return 0
+        sources = [s for s in _sources_of(records[-1], attachment, args.landing) if s is not None]
+        if len(sources) != 1:
+            raise ValueError(f"the replay reads one file source per query; the query has {len(sources)} known ones")
+        column, _ = _watermark(args, attachment)
+        replay_run(attachment.spark, started.checkpoint, batch_ids, sources[0],
+                   _pre_watermark_function(args.pre_watermark, script, namespace), column, args.reason_column,
+                   query_id=str(started.query.id), run_tag=args.run_tag)
+    except Exception as exc:  # noqa: BLE001 - the run's data is committed; its ledger is what failed
+        traceback.print_exc()
+        log.error("the run's batches %s could not be replayed through %s: %s (the ledger names them as not "
+                  "replayed)", [r.get("batch_id") for r in attachment.recorder.records(started.query)],
+                  args.pre_watermark, exc)
+        return EXIT_REPLAY_FAILED
+    return 0
+
+
+def _tick_if_owed(args: argparse.Namespace) -> None:
+    """Land an empty file when the declared checkpoint owes a trailing no-data batch (its last driver
+    died between a batch's commit and that batch), so this run emits the windows it closes; only in a
+    landing of line formats (an empty JSON-lines or CSV file is no row; an empty Parquet file is an error)."""
+    from watermark_ops.spark.trigger import land_tick, owed_trailing_batch
+
+    if not (args.landing and args.checkpoint):
+        return
+    owed = owed_trailing_batch(args.checkpoint)
+    if owed is None:
+        return
+    names = [p.suffix for p in Path(args.landing).glob("*") if p.is_file()] if "://" not in args.landing else []
+    if any(suffix in (".parquet", ".orc", ".avro") for suffix in names):
+        log.warning("checkpoint %s owes the trailing batch after batch %d; its landing holds columnar files, where an "
+                    "empty file is not valid: the windows it closes are emitted by the next run with input",
+                    args.checkpoint, owed)
+        return
+    path = land_tick(args.landing, args.checkpoint, owed)
+    log.warning("checkpoint %s: batch %d was committed but the trailing no-data batch after it never ran (its driver "
+                "died); landed %s so that this run emits the windows it closes", args.checkpoint, owed, path)
+
+
+if __name__ == "__main__":
+    from watermark_ops.spark.exits import run_driver
+
+    run_driver(main)
