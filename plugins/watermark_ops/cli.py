@@ -7,7 +7,7 @@ Subcommands (this module owns every one of them: arguments here, the work in
     watermark-ops status CHECKPOINT [--json] [--state FILE [--full]] [--at ISO-8601-INSTANT] [--max-lag PT6H|none] [--max-idle P1D]
                          [--idle-after PT15M] [--max-skew PT5M] [--stall-window PT1H] [--stall-batches 3]
                          [--max-partition-skew PT2H|none]
-    watermark-ops lateness CHECKPOINT [--json] [--landing DIR ...] [--event-time-field F]
+    watermark-ops lateness CHECKPOINT [--json] [--landing DIR ...] [--event-time-field F] [--arrival-field F]
     watermark-ops late CHECKPOINT [--json] [--sink DIR] [--batch N ...]
     watermark-ops accept-reset CHECKPOINT --why TEXT --state FILE [--by NAME] [--json]
     watermark-ops state CHECKPOINT [--json] [--min-batches-to-retain N] [--growing-batches N] [--max-chain N]
@@ -36,13 +36,17 @@ log, so its cost does not grow with the checkpoint's history (``classification.h
 what was left unread; ``audit`` reads everything). Exit 2 when the checkpoint or its head
 cannot be read, or for a bad flag value; else 0 (an alarm is in ``classification.alarm``).
 
-``lateness`` prints the share of rows dropped by the watermark per run and, per landing folder,
-the smallest delay threshold that keeps drops below 1 % and 0.1 %. Exit 2 for bad input.
+``lateness`` prints per run the rows the watermark dropped (the late-row ledger's) and the drop
+rate they make, beside Spark's own count (late partial aggregates, not rows), and, on the job's
+own event-time field (its late rule's), the smallest delay threshold that keeps drops below 1 %
+and 0.1 %: from the launcher's Spark replay for a job whose parsing is its own (any format), else
+from the ``--landing`` folders' JSON lines. Exit 2 for bad input.
 
 ``late`` replays the checkpoint's micro-batches (offset log, the file source's log, the landed
 files, the late rule of the progress log; :func:`watermark_ops.core.ledger.late_ledger`) and prints
-every batch's late rows: rows late, the watermark missed, the worst lateness, late rows per origin
-airport, beside Spark's own count, and which watermark each batch filtered late rows with (the
+every batch's late rows: rows late, the watermark missed, the worst lateness (watermark - window
+end, or event time), late rows per value of the job's partition column, beside Spark's own count
+(late partial aggregates), and which watermark each batch filtered late rows with (the
 previous batch's since Spark 3.4, per the version and ``allowMultiple`` conf its progress record
 names). ``--sink DIR`` also writes the late rows, one ``batch=<N>.jsonl`` per batch. Exit 0 when
 every batch was replayed, or when the batches left out only lack a progress record with a
@@ -108,7 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
         ("audit", "prove that a checkpoint's watermark never moved backwards", _audit_arguments, _audit),
         ("status", "show a checkpoint's head and classify its watermark: advancing, idle, stalled, lagging or jumped",
          _status_arguments, _status),
-        ("lateness", "drop rate per run, and the delay threshold that would keep drops below 1 and 0.1 percent",
+        ("lateness", "late rows and drop rate per run, and the delay threshold that would keep drops below 1 and "
+                     "0.1 percent, on the job's own event-time field",
          _lateness_arguments, _lateness),
         ("late", "every row the watermark dropped, recovered from the checkpoint and the landed files",
          _late_arguments, _late),
@@ -287,8 +292,8 @@ _FLAG_HELP = {
     "max_lag": "latest batch time - watermark above this -> lagging ('none' disables)",
     "max_skew": "watermark ahead of the latest batch time by more than this -> jumped ('none' disables)",
     "stall_window": "data batches over this much time without a watermark move -> stalled ('none': count only)",
-    "max_partition_skew": "a partition (e.g. origin airport) whose newest event time trails the leading one's by more "
-                          "than this -> a warning, not a state ('none' disables)",
+    "max_partition_skew": "a value of the job's partition column (a station, a region) whose newest event time trails "
+                          "the leading one's by more than this -> a warning, not a state ('none' disables)",
 }
 
 
@@ -312,8 +317,7 @@ def _status_arguments(parser: argparse.ArgumentParser) -> None:
 
 class _LazyHelpFormatter(argparse.HelpFormatter):
     """Fills in the help texts that need a core module (a threshold's default in words, through
-    pendulum; the lateness report's event-time fields) when ``--help`` is printed, not when the
-    parser is built: every command skips those imports."""
+    pendulum) when ``--help`` is printed, not when the parser is built: every command skips those imports."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help
@@ -322,10 +326,6 @@ class _LazyHelpFormatter(argparse.HelpFormatter):
 
             default = getattr(DEFAULT_THRESHOLDS, action.dest)
             text = text.replace("%(shown)s", duration_words(duration_ms(default)) if default is not None else "none")
-        if text and "%(event_time_fields)s" in text:
-            from watermark_ops.core.lateness import EVENT_TIME_FIELDS
-
-            text = text.replace("%(event_time_fields)s", str(EVENT_TIME_FIELDS))
         return text
 
 
@@ -412,9 +412,12 @@ def _status_snapshot(args: argparse.Namespace, thresholds: Thresholds, at_ms: in
 def _lateness_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("checkpoint", help="checkpoint location (its progress log is <checkpoint>.progress.jsonl)")
     parser.add_argument("--landing", action="append", metavar="DIR",
-                        help="landing folder of an input, for the observed lateness (repeat per input)")
-    parser.add_argument("--event-time-field",
-                        help="event-time field of the landed events (default: the first of %(event_time_fields)s present)")
+                        help="landing folder of an input's JSON lines, for the observed lateness (repeat per input; "
+                             "not needed for a job the launcher replays in Spark)")
+    parser.add_argument("--event-time-field", metavar="FIELD",
+                        help="the job's event-time field (default: the one its late rule names in the progress log)")
+    parser.add_argument("--arrival-field", metavar="FIELD",
+                        help="a landed field telling when each event arrived, ISO-8601 (default: file name, then line)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
@@ -423,7 +426,7 @@ def _lateness(args: argparse.Namespace) -> int:
 
     try:
         report = lateness_report(args.checkpoint, args.landing or (), event_time_field=args.event_time_field,
-                                 **args.where)
+                                 arrival_field=args.arrival_field, **args.where)
     except (LatenessError, OSError) as exc:
         print(f"watermark-ops lateness: {exc}", file=sys.stderr)
         return 2

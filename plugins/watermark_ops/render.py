@@ -339,29 +339,43 @@ def _percent(rate: float | None) -> str:
     return "-" if rate is None else f"{100 * rate:.3g} %"
 
 
+def _advice_title(item: dict[str, Any]) -> str:
+    """What an advice table is about: the job's event-time field, and where its rows came from."""
+    where = ("rows the job's own parsing made, replayed in Spark" if item.get("source") == "spark_replay"
+             else f"landing {item['landing']}")
+    return f"Observed lateness of {item['event_time_field'] or 'the event time'} — {where}"
+
+
 def print_lateness_report(report: LatenessReport, console: Any) -> None:
-    """Print a lateness report as rich tables: drops per run, then lateness and advice per input."""
+    """Print a lateness report as rich tables: per run the rows late (the late-row ledger's) and the
+    drop rate they make beside Spark's count (late partial aggregates), then the lateness and advice
+    per input, on the job's own event-time field."""
+    from rich.markup import escape
     from rich.table import Table
 
     document = report.to_dict()
-    runs = Table(title=f"Rows dropped by the watermark per run — {document['checkpoint']}")
-    for name in ("run", "tag", "started (UTC)", "batches", "input rows", "dropped", "drop rate"):
-        runs.add_column(name, justify="right" if name in ("input rows", "dropped", "drop rate") else "left")
+    runs = Table(title=f"Late rows per run — {escape(document['checkpoint'])}")
+    for name in ("run", "tag", "started (UTC)", "batches", "input rows", "late rows (ledger)",
+                 "drop rate (late rows / input rows)", "late partial aggregates (Spark)"):
+        runs.add_column(name, justify="left" if name in ("run", "tag", "started (UTC)", "batches") else "right")
     for run in document["runs"]:
         batch_ids = run["batch_ids"]
         runs.add_row(
-            run["run_id"][:8], run["run_tag"] or "-", iso_utc(run["started_ms"]) or "-",
-            f"{batch_ids[0]}–{batch_ids[-1]}" if batch_ids else "none",
-            str(run["input_rows"]), str(run["rows_dropped_by_watermark"]), _percent(run["drop_rate"]),
+            run["run_id"][:8], escape(run["run_tag"] or "-"), iso_utc(run["started_ms"]) or "-",
+            f"{batch_ids[0]}–{batch_ids[-1]}" if batch_ids else "none", str(run["input_rows"]),
+            "-" if run["rows_late"] is None else str(run["rows_late"]), _percent(run["drop_rate"]),
+            str(run["late_partial_aggregates_spark"]),
         )
-    if not document["runs"]:
-        runs.caption = f"no progress records in {document['progress_log']}"
+    runs.caption = (f"no progress records in {escape(document['progress_log'])}" if not document["runs"] else
+                    "Late rows: the late-row ledger's replay of the run's batches (- where it could not replay "
+                    "them all). Spark's numRowsDroppedByWatermark counts late partial aggregates of an "
+                    "aggregation, not rows.")
     console.print(runs)
     for item in document["inputs"]:
-        table = Table(title=f"Observed lateness — {item['landing']} (event time: {item['event_time_field']})")
+        table = Table(title=escape(_advice_title(item)))
         table.add_column("keep drops below")
-        table.add_column("smallest delay threshold")
-        table.add_column("events still dropped", justify="right")
+        table.add_column("delay threshold (withWatermark)")
+        table.add_column("events still dropped (at most)", justify="right")
         for advice in item["advice"]:
             table.add_row(_percent(advice["target_drop_rate"]), advice["spark_interval"],
                           f"{advice['events_dropped']} ({_percent(advice['drop_rate'])})")
@@ -369,14 +383,15 @@ def print_lateness_report(report: LatenessReport, console: Any) -> None:
             f"{item['events']} events in {item['files']} files, {item['late_events']} behind the newest; "
             f"lateness p50 {_lateness_duration(item['p50_ms'])}, p99 {_lateness_duration(item['p99_ms'])}, "
             f"max {_lateness_duration(item['max_lateness_ms'])}; left out: {item['no_event_time']} without event "
-            f"time, {item['malformed']} malformed. The advice assumes a watermark that follows every event; "
-            f"Spark moves it once per micro-batch, which drops fewer."
+            f"time, {item['malformed']} malformed. Thresholds are the smallest that keep drops below the target, "
+            f"rounded up; the advice assumes a watermark that follows every event, and Spark moves it once per "
+            f"micro-batch, which drops fewer."
         )
         console.print(table)
         for message in item["problems"]:
-            console.print(f"[yellow]malformed:[/] {message}", markup=True, highlight=False)
+            console.print(f"[yellow]malformed:[/] {escape(message)}", markup=True, highlight=False)
     for message in document["problems"]:
-        console.print(f"[yellow]progress log:[/] {message}", markup=True, highlight=False)
+        console.print(f"[yellow]note:[/] {escape(message)}", markup=True, highlight=False)
 
 
 # --------------------------------------------------------------------------------------------
@@ -394,44 +409,62 @@ def id_ranges(ids: list[int]) -> str:
     return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in parts)
 
 
+def _worst_lateness_column(batches: list[dict[str, Any]]) -> str:
+    """The worst-lateness column's name, saying what it measures per the late rule's kind."""
+    kinds = {(b.get("rule") or {}).get("kind") for b in batches} - {None}
+    measured = {"window_end": "window end", "event_time": "event time"}
+    return "worst lateness\n(watermark − " + (" or ".join(measured[k] for k in sorted(kinds)) or "window end") + ")"
+
+
 def print_late_ledger(ledger: LateLedger, console: Any) -> None:
-    """Print a late-row ledger as a rich table: per batch id, rows read, late, quarantined, the
+    """Print a late-row ledger as a rich table: per batch id, rows read, late, set aside, the
     watermark missed (the one the batch filtered late rows with, ISO-8601 UTC and ms; the caption
-    says which, per Spark version and conf), the worst lateness and late rows per origin airport
-    (with how far that origin trailed the leading one's event time entering the batch); then the
-    totals against Spark's count, each origin's newest event time, skew and late rows, the
-    sources it cannot replay and the problems."""
+    says which, per Spark version and conf), the worst lateness (how far the watermark lay past the
+    late row's window end, or its event time, per the late rule) and, when the job declared a
+    partition column, the late rows per value of it (with how far that value trailed the leading
+    one's event time entering the batch); then the totals against Spark's count (late partial
+    aggregates), each value's newest event time, skew and late rows, the sources it cannot replay
+    and the problems."""
+    from rich.markup import escape
     from rich.table import Table
 
     document = ledger.to_dict()
-    table = Table(title=f"Rows dropped by the watermark (late-row ledger) — {document['checkpoint']}")
-    for name in ("batch", "rows read", "late", "quarantined", "watermark missed (UTC)", "watermark ms",
-                 "worst lateness", "late per origin", "Spark's count"):
-        table.add_column(name, justify="right" if name in ("batch", "rows read", "late", "quarantined",
-                                                          "watermark ms", "Spark's count") else "left")
+    column = next((b["partition_column"] for b in document["batches"] if b.get("partition_column")), None)
+    table = Table(title=f"Rows dropped by the watermark (late-row ledger) — {escape(document['checkpoint'])}")
+    names = ["batch", "rows read", "late rows", "set aside", "watermark missed (UTC)", "watermark ms",
+             _worst_lateness_column(document["batches"]), *([f"late per {column}"] if column else []),
+             "late partial\naggregates (Spark)"]
+    for name in names:
+        table.add_column(escape(name), justify="right" if name in ("batch", "rows read", "late rows", "set aside",
+                                                                    "watermark ms", names[-1]) else "left",
+                         no_wrap=name == "watermark missed (UTC)", overflow="fold")
     for batch in document["batches"]:
         missed = batch["late_watermark"] if batch["late_watermark_ms"] is not None else batch["watermark"]
         missed_ms = batch["late_watermark_ms"] if batch["late_watermark_ms"] is not None else batch["watermark_ms"]
         if not batch["replayed"]:
             table.add_row(str(batch["batch_id"]), "-", "-", "-", missed or "-",
-                          "-" if missed_ms is None else str(missed_ms), "-", "[yellow]not replayed[/]", "-")
+                          "-" if missed_ms is None else str(missed_ms), "[yellow]not replayed[/]",
+                          *(["-"] if column else []), "-")
             continue
         behind = batch["behind_leader_before_ms"] or {}
-        origins = ", ".join(
-            f"{name} {rows}" + (f" (trailed {duration_text(behind[name])})" if behind.get(name) else "")
-            for name, rows in batch["late_by_origin"].items())
+        by_partition = ", ".join(
+            f"{escape(name)} {rows}" + (f" (trailed {duration_text(behind[name])})" if behind.get(name) else "")
+            for name, rows in batch["late_by_partition"].items())
+        spark = batch["late_partial_aggregates_spark"]
         table.add_row(
             str(batch["batch_id"]), str(batch["rows_read"]),
             f"[bold]{batch['rows_late']}[/]" if batch["rows_late"] else "0",
             str(sum(batch["rows_quarantined"].values())), missed or "-", str(missed_ms),
             _lateness_duration(batch["worst_late_by_ms"]) if batch["worst_late_by_ms"] is not None else "-",
-            origins or "-", "-" if batch["spark_rows_dropped"] is None else str(batch["spark_rows_dropped"]),
+            *([by_partition or "-"] if column else []), "-" if spark is None else str(spark),
         )
     totals = document["totals"]
+    reasons = ", ".join(f"{escape(reason)} {rows}" for reason, rows in totals["quarantined_by_reason"].items() if rows)
     table.caption = (
         f"{totals['rows_late']} late rows of {totals['rows_read']} read, {totals['rows_aggregated']} aggregated, "
-        f"{totals['rows_quarantined']} quarantined; Spark counted {totals['spark_rows_dropped']} "
-        f"(late groups after partial aggregation, not rows)."
+        f"{totals['rows_quarantined']} set aside{f' ({reasons})' if reasons else ''}; Spark counted "
+        f"{totals['late_partial_aggregates_spark']} late partial aggregates (numRowsDroppedByWatermark: late groups "
+        f"after partial aggregation, not rows)."
     )
     rules = {}
     for batch in document["batches"]:
@@ -442,16 +475,17 @@ def print_late_ledger(ledger: LateLedger, console: Any) -> None:
     if not document["batches"]:
         table.caption = "no batch to replay"
     console.print(table)
-    if ledger.partition_skew is not None:  # which partition (airport) trailed, and what it lost
+    if ledger.partition_skew is not None:  # which value of the partition column trailed, and what it lost
         console.print(f"Event-time skew per {ledger.partition_skew.column} through batch "
                       f"{ledger.partition_skew.last_batch_id} (\"trailed\" above: behind the leader entering the batch):",
                       highlight=False)
         for label, text in _partition_rows(ledger.partition_skew):
             console.print(f"  {label}: {text}", highlight=False, markup=False)
     for source in document["not_replayable"]:
-        console.print(f"[yellow]not replayable:[/] source {source['source']} ({source['description'] or 'unknown'}): "
-                      f"offset {source['offset']} is not a file source's logOffset, its rows cannot be read back "
-                      f"from the checkpoint (batches {source['batch_ids']})", markup=True, highlight=False)
+        console.print(f"[yellow]not replayable:[/] source {escape(str(source['source']))} "
+                      f"({escape(source['description'] or 'unknown')}): offset {escape(str(source['offset']))} is not "
+                      f"a file source's logOffset, its rows cannot be read back from the checkpoint (batches "
+                      f"{escape(str(source['batch_ids']))})", markup=True, highlight=False)
     for problem in document["problems"]:
-        console.print(f"[yellow]{problem['kind']}:[/] {problem['file']}: {problem['message']}",
+        console.print(f"[yellow]{problem['kind']}:[/] {escape(str(problem['file']))}: {escape(problem['message'])}",
                       markup=True, highlight=False)

@@ -77,8 +77,8 @@ _OVERVIEW = """{% extends "layout" %}{% block body %}
 <td>{{ row.latest_batch_time or '-' }}</td><td><code>{{ (row.query_id or '-')[:8] }}</code></td></tr>
 {% endfor %}
 </table>
-<p class="muted">Checkpoint roots: {% for name, folder in roots.items() %}<code>{{ name }}</code> = <code>{{ folder }}</code>{{ ', ' if not loop.last }}{% endfor %}.
-Only checkpoints under these folders are read.</p>
+<p class="muted" id="roots">{% if roots %}Checkpoint roots: {% for name, folder in roots.items() %}<code>{{ name }}</code> = <code>{{ folder }}</code>{{ ', ' if not loop.last }}{% endfor %}.
+Besides the checkpoints DAG tasks registered (each read in its own folder), only checkpoints under these folders are read.{% else %}The checkpoints DAG tasks registered, each read in its own folder; no checkpoint root is configured (<code>[watermark_ops] checkpoint_roots</code>).{% endif %}</p>
 {% endblock %}"""
 
 _CHECKPOINT = """{% extends "layout" %}{% block body %}
@@ -107,7 +107,7 @@ _CHECKPOINT = """{% extends "layout" %}{% block body %}
 {{ chart|safe }}
 
 {% if c and c.partition_skew %}{% set k = c.partition_skew %}
-<h2>Event-time skew between partitions ({{ k.column }})</h2>
+<h2>Event-time skew between the values of {{ k.column }}</h2>
 <table id="skew"><tr><th>{{ k.column }}</th><th>newest event time (UTC)</th><th>behind the leader</th><th>behind the watermark</th><th>last data batch</th></tr>
 {% for p in k.partitions %}<tr class="{{ 'warnrow' if p.partition in k.trailing else '' }}"><td>{{ p.partition }}{% if p.partition == k.leader %} (leader){% endif %}</td>
 <td>{{ p.event_time_max or 'none seen' }}</td><td>{{ words(p.behind_leader_ms) }}</td><td>{{ words(p.behind_watermark_ms) }}</td>
@@ -124,22 +124,22 @@ _CHECKPOINT = """{% extends "layout" %}{% block body %}
 <td class="num">{{ f.batch_id if f.batch_id is not none else '-' }}</td><td><code>{{ f.file or '-' }}</code></td><td>{{ f.message }}</td></tr>
 {% endfor %}</table>{% else %}<p id="findings">No findings: the watermark never moved backwards in the {{ d.chart.total }} batches retained.</p>{% endif %}
 
-<h2>Rows dropped as late, per run</h2>
+<h2>Rows dropped by the watermark, per run</h2>
 {% set runs = d.runs[-runs_limit:] %}{% set first_run = d.runs|length - runs|length %}
-{% if d.runs %}{% if first_run %}<p class="muted" id="runs-note">Showing the newest {{ runs|length }} of {{ d.runs|length }} runs.</p>{% endif %}<table id="runs"><tr><th>run</th><th>tag</th><th>started (UTC)</th><th>batches</th><th>input rows</th><th>dropped by the watermark (Spark)</th><th>late rows (ledger)</th><th>drop rate</th></tr>
+{% if d.runs %}{% if first_run %}<p class="muted" id="runs-note">Showing the newest {{ runs|length }} of {{ d.runs|length }} runs.</p>{% endif %}<table id="runs"><tr><th>run</th><th>tag</th><th>started (UTC)</th><th>batches</th><th>input rows</th><th>late rows (ledger)</th><th>drop rate (late rows / input rows)</th><th>late partial aggregates (Spark)</th></tr>
 {% for run in runs %}<tr><td class="num">{{ first_run + loop.index }}</td><td><code>{{ run.run_tag or run.run_id[:8] }}</code></td><td>{{ iso(run.started_ms) or '-' }}</td>
 <td>{% if run.batch_ids %}{{ run.batch_ids[0] }}–{{ run.batch_ids[-1] }}{% else %}none{% endif %}</td>
-<td class="num">{{ run.input_rows }}</td><td class="num">{{ run.rows_dropped_by_watermark }}</td><td class="num ledger">{{ run.ledger_rows_late if run.ledger_rows_late is not none else '—' }}</td><td class="num">{{ percent(run.drop_rate) }}</td></tr>
-{% endfor %}</table><p class="muted" id="runs-legend">Spark's count (<code>numRowsDroppedByWatermark</code>): for an aggregation it counts late partial aggregates, not rows. From <code>{{ d.progress_log }}</code>.
-{% if d.late_sink %}Late rows: every row the run's batches dropped, from the late-row ledger's sink <code>{{ d.late_sink }}</code> (<code>batch=N.jsonl</code>); — where a run's batches have no file.{% else %}Late rows: — (no late-row sink is known for this checkpoint).{% endif %}</p>
+<td class="num">{{ run.input_rows }}</td><td class="num ledger">{{ run.rows_late if run.rows_late is not none else '—' }}</td><td class="num">{{ percent(run.drop_rate) }}</td><td class="num spark">{{ run.late_partial_aggregates_spark }}</td></tr>
+{% endfor %}</table><p class="muted" id="runs-legend">{% if d.late_sink %}Late rows: every row the run's batches dropped, from the late-row ledger's sink <code>{{ d.late_sink }}</code> (<code>batch=N.jsonl</code>); — where a run's batches have no file.{% else %}Late rows: from the launcher's Spark replay of the job's own parsing where there is one; — otherwise (no late-row sink is known for this checkpoint).{% endif %}
+The drop rate is late rows over input rows. Spark's count (<code>numRowsDroppedByWatermark</code>, from <code>{{ d.progress_log }}</code>) is taken after partial aggregation: for an aggregation it counts late partial aggregates, not rows.</p>
 {% else %}<p class="muted">No progress records in <code>{{ d.progress_log }}</code>.</p>{% endif %}
 
 <h2>Delay-threshold advice</h2>
-{% if d.advice %}{% for item in d.advice %}<table class="advice"><tr><th colspan="3">{{ item.landing }} (event time: {{ item.event_time_field }})</th></tr>
-<tr><th>keep drops below</th><th>smallest delay threshold</th><th>events still dropped</th></tr>
+{% if d.advice %}{% for item in d.advice %}<table class="advice"><tr><th colspan="3">Event time: <code class="event-time-field">{{ item.event_time_field }}</code> — {% if item.source == 'spark_replay' %}the rows the job's own parsing made, replayed in Spark{% else %}landing <code>{{ item.landing }}</code>{% endif %}</th></tr>
+<tr><th>keep drops below</th><th>delay threshold (withWatermark)</th><th>events still dropped (at most)</th></tr>
 {% for a in item.advice %}<tr><td>{{ percent(a.target_drop_rate) }}</td><td><code>{{ a.spark_interval }}</code></td><td class="num">{{ a.events_dropped }} ({{ percent(a.drop_rate) }})</td></tr>{% endfor %}
-</table><p class="muted">{{ item.events }} events in {{ item.files }} files; lateness p50 {{ words(item.p50_ms) }}, p99 {{ words(item.p99_ms) }}, max {{ words(item.max_lateness_ms) }}.</p>{% endfor %}
-{% else %}<p class="muted">No landing folder is configured for this checkpoint: no advice.</p>{% endif %}
+</table><p class="muted">{{ item.events }} events in {{ item.files }} files; lateness p50 {{ words(item.p50_ms) }}, p99 {{ words(item.p99_ms) }}, max {{ words(item.max_lateness_ms) }}. The smallest thresholds that keep drops below each target, rounded up.</p>{% endfor %}
+{% else %}<p class="muted" id="no-advice">No advice: {% if d.get('advice_why') %}{{ d.advice_why|join('; ') }}{% else %}no landing folder is registered for this checkpoint, and the launcher has no Spark replay of it{% endif %}.</p>{% endif %}
 
 {% if d.problems %}<h2>Problems</h2><ul id="problems">{% for p in d.problems %}<li class="err">{{ p }}</li>{% endfor %}</ul>{% endif %}
 {% endblock %}"""

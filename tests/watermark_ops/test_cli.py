@@ -189,10 +189,14 @@ def test_lateness_json_table_and_bad_input(checkpoint_with_log, capsys, tmp_path
     checkpoint, landing = checkpoint_with_log
     assert cli.main(["lateness", checkpoint, "--json", "--landing", landing]) == 0
     printed = json.loads(capsys.readouterr().out)
-    assert printed["runs"][1]["rows_dropped_by_watermark"] == 12
+    assert printed["runs"][1]["late_partial_aggregates_spark"] == 12 and printed["runs"][1]["drop_rate"] is None
     assert printed["inputs"][0]["max_lateness_ms"] == 2 * HOUR
+    assert printed["inputs"][0]["event_time_field"] == "observed_at"  # the late rule's own field
+    assert cli.main(["lateness", checkpoint, "--json", "--landing", landing, "--arrival-field", "arrived_at",
+                     "--event-time-field", "arrived_at"]) == 0
+    assert json.loads(capsys.readouterr().out)["inputs"][0]["max_lateness_ms"] == 0
     assert cli.main(["lateness", checkpoint]) == 0
-    assert "Rows dropped by the watermark per run" in capsys.readouterr().out
+    assert "Late rows per run" in capsys.readouterr().out
     assert cli.main(["lateness", checkpoint, "--landing", str(tmp_path / "nowhere")]) == 2
     assert "no such landing folder" in capsys.readouterr().err
     for argv in (["--help"], ["lateness", "--help"]):
@@ -212,10 +216,20 @@ def test_late_table_json_and_sink(capsys, tmp_path):
     checkpoint, _ = lf.build(tmp_path)
     code, out, _ = run(capsys, "late", checkpoint, "--sink", tmp_path / "late")
     assert code == 0
-    for column in ("batch", "late", "watermark missed (UTC)", "worst lateness", "late per origin", "Spark's count"):
+    for column in ("batch", "late rows", "watermark missed (UTC)", "worst lateness", "(watermark − window end)",
+                   "late partial", "aggregates (Spark)"):
         assert column in out
-    assert iso_utc(lf.WATERMARK_1) in out and "EWR 2, JFK 1, LGA 1" in out and "1 h" in out
+    assert "late per" not in out  # the job declared no partition column: none is made up
+    assert iso_utc(lf.WATERMARK_1) in out and "1 h" in out
     assert "6 late rows of" in out and "wrote 3 files" in out
+    assert "Spark counted 3 late partial aggregates" in " ".join(out.split())
+    # A job that declares a partition column: its late rows per value of it, named by the job's column.
+    log = tmp_path / "ck.progress.jsonl"
+    log.write_text("".join(json.dumps({**json.loads(line), "partition_column": "origin",
+                                       "event_time_max_ms_by_partition": {"EWR": lf.T0, "JFK": lf.T0, "LGA": lf.T0}})
+                           + "\n" for line in log.read_text().splitlines()))
+    code, out, _ = run(capsys, "late", checkpoint)
+    assert code == 0 and "late per origin" in out and "EWR 2, JFK 1, LGA 1" in out
     assert "allowMultiple=false: late rows are filtered with the batch's own watermark" in " ".join(out.split())
     assert sorted(p.name for p in (tmp_path / "late").iterdir()) == ["batch=0.jsonl", "batch=1.jsonl", "batch=2.jsonl"]
     code, out, _ = run(capsys, "late", checkpoint, "--json", "--batch", "2")

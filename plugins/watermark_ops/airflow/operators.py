@@ -53,7 +53,7 @@ class WatermarkAuditOperator(BaseOperator):
     With no reset to accept (same query id, nothing remembered), it only logs that.
 
     :param checkpoint: the checkpoint folder, a local path or fsspec URL (templated), e.g.
-        ``s3://bucket/checkpoints/flight_windows``.
+        ``s3://bucket/checkpoints/orders_windows``.
     :param conn_id: the Airflow connection to read it with (templated), e.g. an ``aws`` connection
         for ``s3://`` (endpoint, credentials, region): the filesystem behind
         ``ObjectStoragePath(checkpoint, conn_id=conn_id)``

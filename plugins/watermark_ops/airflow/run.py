@@ -256,16 +256,12 @@ def watermarked_run(
             aside, the rows late and the drop rate (rows late / rows in, from the ledger; None when the
             ledger is not complete), Spark's late partial aggregates apart, and (with ``lateness``) the
             delay-threshold advice."""
-            from watermark_ops.core.ledger import late_ledger
+            from watermark_ops.core.ledger import late_ledger, with_ledger_rows
             from watermark_ops.core.progress import run_report
 
             report = run_report(checkpoint, run_id, quarantine_checkpoint)
             # Rows, from the ledger: Spark's numRowsDroppedByWatermark counts late partial aggregates.
-            ledger = late_ledger(checkpoint, report["batch_ids"]) if report["batch_ids"] else None
-            exact = ledger is not None and ledger.complete
-            report["rows_late"] = ledger.totals()["rows_late"] if exact else None
-            report["drop_rate"] = report["rows_late"] / report["input_rows"] if exact and report["input_rows"] else None
-            report["late_partial_aggregates_spark"] = report["rows_dropped_by_watermark"]
+            with_ledger_rows(report, late_ledger(checkpoint, report["batch_ids"]) if report["batch_ids"] else None)
             if lateness:
                 report["lateness"] = _lateness(checkpoint, landings)
             return report
@@ -320,20 +316,9 @@ def watermarked_run(
 
 
 def _lateness(checkpoint: str, landings: list[str]) -> dict:
-    """The lateness report of the run's checkpoint: drops per run and the advice per landing. A landing
-    the launcher replayed in Spark (the job's own parsing, any format) takes its event times from the
-    replay records, on the late rule's own event-time field."""
+    """The lateness report of the run's checkpoint: Spark's count per run (the run's rows are
+    ``collect_progress``'s own) and the advice on the late rule's event-time field: from the Spark
+    replay records for a job whose parsing is its own (any format), else from the landing folders."""
     from watermark_ops.core.lateness import lateness_report
-    from watermark_ops.core.ledger import replayed_lateness
-    from watermark_ops.core.progress import progress_log_path, read_progress_log
 
-    rule = next((r.get("late_rule") for r in reversed(read_progress_log(progress_log_path(checkpoint)).records)
-                 if r.get("late_rule")), None)
-    replayed = None
-    if rule and any(i.get("parsing") == "job" for i in rule.get("inputs") or [] if isinstance(i, dict)):
-        field = rule["event_time"] if isinstance(rule.get("event_time"), str) else None
-        replayed = replayed_lateness(checkpoint, field, landings[0] if landings else None)
-    report = lateness_report(checkpoint, [] if replayed else landings).to_dict()
-    if replayed is not None:
-        report["inputs"] = [replayed.summary()]
-    return report
+    return lateness_report(checkpoint, landings, rows=False).to_dict()

@@ -2,14 +2,16 @@
 
 Two views of lateness, both in epoch milliseconds UTC (durations in ms, or ``timedelta``):
 
-* **What Spark dropped**, per run, from the job's progress log (``<checkpoint>.progress.jsonl``,
-  written by ``watermark_ops.spark.ProgressRecorder``; one line per micro-batch):
-  ``rows_dropped_by_watermark`` / ``input_rows`` over the run's batches. A run is one start of
-  the query (Spark's ``run_id``, new at each restart; ``run_tag`` is the Airflow run id the job
-  was given). Spark's ``numRowsDroppedByWatermark`` is counted at each stateful operator's input:
-  for an aggregation that input is already partially aggregated, so it counts late *groups*
-  and the rate is a lower bound of the share of late events; for ``dropDuplicatesWithinWatermark``
-  and a stream-stream join it counts raw rows (measured in ``tests/spark_jobs/test_flight_weather_join.py``).
+* **What the watermark dropped**, per run, from the job's progress log (``<checkpoint>.progress.jsonl``,
+  written by ``watermark_ops.spark.ProgressRecorder``; one line per micro-batch) and the late-row
+  ledger (:func:`watermark_ops.core.ledger.late_ledger`): the *rows* late over ``input_rows``, where
+  the ledger replayed every batch of the run; else no rate (None), never Spark's count in its
+  place. A run is one start of the query (Spark's ``run_id``, new at each restart; ``run_tag`` is
+  the Airflow run id the job was given). Spark's own ``numRowsDroppedByWatermark`` (the progress
+  log's ``rows_dropped_by_watermark``) is kept beside it as ``late_partial_aggregates_spark``: it is
+  counted at each stateful operator's input, which for an aggregation is already partially
+  aggregated (late *groups*, a lower bound of the late rows); for ``dropDuplicatesWithinWatermark``
+  and a stream-stream join it counts raw rows.
   Which watermark those rows missed follows the Spark version and a session conf, per batch
   (:func:`watermark_ops.core.ledger.late_watermark_rule`): Spark >= 3.4 with
   ``spark.sql.streaming.statefulOperator.allowMultiple`` true (the default) filters late rows with
@@ -17,8 +19,11 @@ Two views of lateness, both in epoch milliseconds UTC (durations in ms, or ``tim
   with the batch's own. Each run says which (:attr:`RunDrops.late_watermark`); records that name
   neither the version nor the conf (written before the recorder kept them) are read with the
   Spark >= 3.4 default, and the run says it was assumed.
-* **How late the data itself is**, from the landing folder the stream reads: in arrival order
-  (``stream_time``), each event's *lateness* is how far its event time lies behind the maximum
+* **How late the data itself is**, on the job's own event-time field (the late rule's): for a job
+  whose parsing is its own (any file format), from the rows the launcher's Spark replay made
+  (:func:`replayed_lateness`); else from the landing folder's JSON lines. In arrival order (the
+  order the batches read their files, or an arrival-time field the landing names, else file name
+  then line), each event's *lateness* is how far its event time lies behind the maximum
   event time seen so far (that event included, so lateness >= 0). With delay threshold ``D`` the
   watermark is ``max event time - D`` and Spark drops an event whose event time is ``<=`` the
   watermark, i.e. whose lateness is ``>= D``. :func:`smallest_delay_threshold` gives the smallest
@@ -46,11 +51,10 @@ from typing import Any, Iterable, Sequence
 
 from watermark_ops.core.jsontext import loads
 from watermark_ops.core.progress import progress_log_path, read_progress_log
+from watermark_ops.core.run_drops import RunDrops, drops_per_run, with_rows_late
 
 __all__ = [
-    "ARRIVAL_FIELD",
     "DEFAULT_TARGETS",
-    "EVENT_TIME_FIELDS",
     "Advice",
     "LandedLateness",
     "LatenessError",
@@ -61,115 +65,21 @@ __all__ = [
     "landed_lateness",
     "lateness_report",
     "observed_lateness",
+    "readable_threshold_ms",
+    "replayed_lateness",
     "smallest_delay_threshold",
     "spark_interval",
+    "with_rows_late",
 ]
 
 #: Drop-rate targets of the advice: 1 % and 0.1 %.
 DEFAULT_TARGETS = (0.01, 0.001)
-#: Event-time fields recognised in landed events, in order: the flights' and the weather's.
-EVENT_TIME_FIELDS = ("dep_time", "time_hour")
-#: The field telling when an event reached the stream (the arrival order).
-ARRIVAL_FIELD = "stream_time"
 #: Problems kept per landing folder (the count is always complete).
 _MAX_PROBLEMS = 20
 
 
 class LatenessError(ValueError):
     """Bad input for the lateness report: names the file, line or value and what was expected."""
-
-
-# --------------------------------------------------------------------------------------------
-# What Spark dropped, per run (progress log)
-
-
-@dataclass(frozen=True)
-class RunDrops:
-    """Rows dropped by the watermark during one run of a query.
-
-    :ivar query_id: the query's id (the checkpoint's ``metadata``).
-    :ivar run_id: Spark's run id, new at every (re)start of the query.
-    :ivar run_tag: the tag the job was started with (the Airflow run id), or None.
-    :ivar batch_ids: the micro-batches the run executed, ascending.
-    :ivar started_ms: timestamp of the run's first progress record (epoch ms UTC), or None.
-    :ivar input_rows: rows read by the run, all sources together.
-    :ivar rows_dropped_by_watermark: Spark's ``numRowsDroppedByWatermark`` summed over the run's
-        batches and stateful operators (late groups for an aggregation, raw rows for
-        deduplication and stream-stream joins).
-    :ivar late_watermark: which watermark the run's batches filtered late rows with:
-        ``"previous"`` (the previous batch's), ``"current"`` (each batch's own), ``"mixed"``, or
-        None when no record of the run has a ``late_rule`` (a query without a watermark).
-    :ivar late_watermark_assumed: True when a record named neither ``spark_version`` nor
-        ``allowMultiple`` and Spark >= 3.4's default was assumed for it.
-    """
-
-    query_id: str | None
-    run_id: str
-    run_tag: str | None
-    batch_ids: tuple[int, ...]
-    started_ms: int | None
-    input_rows: int
-    rows_dropped_by_watermark: int
-    late_watermark: str | None = None
-    late_watermark_assumed: bool = False
-
-    @property
-    def drop_rate(self) -> float | None:
-        """``rows_dropped_by_watermark / input_rows`` (0..1), None for a run that read nothing."""
-        return self.rows_dropped_by_watermark / self.input_rows if self.input_rows else None
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: every field plus ``drop_rate``."""
-        return {
-            "query_id": self.query_id, "run_id": self.run_id, "run_tag": self.run_tag,
-            "batch_ids": list(self.batch_ids), "started_ms": self.started_ms,
-            "input_rows": self.input_rows, "rows_dropped_by_watermark": self.rows_dropped_by_watermark,
-            "drop_rate": self.drop_rate, "late_watermark": self.late_watermark,
-            "late_watermark_assumed": self.late_watermark_assumed,
-        }
-
-
-def drops_per_run(records: Iterable[dict[str, Any]]) -> list[RunDrops]:
-    """Group progress-log records (shape in ``watermark_ops.spark.recorder``) by run.
-
-    :param records: progress-log records of one checkpoint, any order.
-    :return: one :class:`RunDrops` per ``(query_id, run_id)``, in the order the runs started
-        (first ``timestamp_ms``). Records of triggers that ran no batch (``executed`` false)
-        count no rows and add no batch id. A record whose ``allowMultiple`` value is corrupt
-        adds nothing to ``late_watermark`` (the ledger names it).
-    """
-    from watermark_ops.core.ledger.rule import LedgerError, late_watermark_rule
-
-    runs: dict[tuple[Any, Any], dict[str, Any]] = {}
-    for record in records:
-        key = (record.get("query_id"), record.get("run_id"))
-        run = runs.setdefault(key, {"run_tag": record.get("run_tag"), "batch_ids": set(), "started_ms": None,
-                                    "input_rows": 0, "dropped": 0, "bases": set(), "assumed": False})
-        stamp = record.get("timestamp_ms")
-        if stamp is not None and (run["started_ms"] is None or stamp < run["started_ms"]):
-            run["started_ms"] = stamp
-        if record.get("executed", True) is False:
-            continue
-        run["batch_ids"].add(int(record["batch_id"]))
-        run["input_rows"] += int(record.get("input_rows") or 0)
-        run["dropped"] += int(record.get("rows_dropped_by_watermark") or 0)
-        if record.get("late_rule") is not None:
-            try:
-                which = late_watermark_rule(record)
-            except LedgerError:
-                continue
-            run["bases"].add(which.basis)
-            run["assumed"] = run["assumed"] or which.assumed
-    result = [
-        RunDrops(query_id=q, run_id=str(r), run_tag=run["run_tag"], batch_ids=tuple(sorted(run["batch_ids"])),
-                 started_ms=run["started_ms"], input_rows=run["input_rows"],
-                 rows_dropped_by_watermark=run["dropped"],
-                 late_watermark=(None if not run["bases"] else next(iter(run["bases"])) if len(run["bases"]) == 1
-                                 else "mixed"),
-                 late_watermark_assumed=run["assumed"])
-        for (q, r), run in runs.items()
-    ]
-    return sorted(result, key=lambda run: (run.started_ms is None, run.started_ms or 0))
 
 
 # --------------------------------------------------------------------------------------------
@@ -218,17 +128,29 @@ def smallest_delay_threshold(lateness_ms: Sequence[int], max_drop_rate: float) -
 
 
 def spark_interval(duration_ms: int) -> str:
-    """A duration in ms as a Spark interval string for ``withWatermark``, e.g. ``"2 hours 5 minutes"``.
+    """A duration in ms as a Spark interval string for ``withWatermark``, e.g. ``"2 hours 1 minute"``
+    (Spark's interval syntax takes a unit in the singular or the plural).
 
     Zero units are left out; 0 ms is ``"0 seconds"``.
     """
     parts = []
     remaining = int(duration_ms)
-    for unit, size in (("hours", 3_600_000), ("minutes", 60_000), ("seconds", 1000), ("milliseconds", 1)):
+    for unit, size in (("hour", 3_600_000), ("minute", 60_000), ("second", 1000), ("millisecond", 1)):
         count, remaining = divmod(remaining, size)
         if count:
-            parts.append(f"{count} {unit}")
+            parts.append(f"{count} {unit}" + ("" if count == 1 else "s"))
     return " ".join(parts) or "0 seconds"
+
+
+def readable_threshold_ms(duration_ms: int) -> int:
+    """A delay threshold rounded *up* to a unit people write: whole seconds under a minute, whole
+    minutes under a day, whole hours from a day on (``8 h 50 min 0.001 s`` -> ``8 h 51 min``). A
+    longer threshold drops no more events than a shorter one, so the promise holds."""
+    duration_ms = int(duration_ms)
+    if duration_ms <= 0:
+        return 0
+    unit = 1000 if duration_ms < 60_000 else 60_000 if duration_ms < 86_400_000 else 3_600_000
+    return -(-duration_ms // unit) * unit
 
 
 @dataclass(frozen=True)
@@ -236,8 +158,9 @@ class Advice:
     """The smallest delay threshold keeping the drop rate under a target.
 
     :ivar target_drop_rate: the share to stay strictly below (0.01 = 1 %).
-    :ivar delay_threshold_ms: the threshold, in ms.
-    :ivar events_dropped: events the threshold would still drop (lateness >= threshold).
+    :ivar delay_threshold_ms: the smallest such threshold, in ms (:func:`smallest_delay_threshold`).
+    :ivar events_dropped: events that threshold would still drop (lateness >= threshold); the
+        suggested one (:attr:`suggested_ms`) drops at most as many.
     :ivar drop_rate: ``events_dropped / events`` (0..1).
     """
 
@@ -251,11 +174,17 @@ class Advice:
         """The threshold as a ``timedelta``."""
         return timedelta(milliseconds=self.delay_threshold_ms)
 
+    @property
+    def suggested_ms(self) -> int:
+        """The threshold rounded up to a readable unit (:func:`readable_threshold_ms`)."""
+        return readable_threshold_ms(self.delay_threshold_ms)
+
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: the fields plus ``spark_interval`` (usable as ``--delay-threshold``)."""
+        """JSON-ready: the fields plus ``suggested_delay_threshold_ms`` and its ``spark_interval``
+        (usable in ``withWatermark``, e.g. ``"8 hours 51 minutes"``)."""
         return {
             "target_drop_rate": self.target_drop_rate, "delay_threshold_ms": self.delay_threshold_ms,
-            "spark_interval": spark_interval(self.delay_threshold_ms),
+            "suggested_delay_threshold_ms": self.suggested_ms, "spark_interval": spark_interval(self.suggested_ms),
             "events_dropped": self.events_dropped, "drop_rate": self.drop_rate,
         }
 
@@ -275,17 +204,19 @@ def advise(lateness_ms: Sequence[int], targets: Iterable[float] = DEFAULT_TARGET
 
 @dataclass
 class LandedLateness:
-    """The observed lateness of the events in one landing folder.
+    """The observed lateness of the rows of one input, on the job's event-time field.
 
-    :ivar landing: the folder read.
-    :ivar event_time_field: the field used as event time (``dep_time``, ``time_hour``, ...).
-    :ivar files: JSON-lines files read (hidden names, Spark's in-progress files, are skipped).
-    :ivar lateness_ms: per event with an event time, in arrival order, ms.
-    :ivar no_event_time: events whose event time is null (e.g. cancelled flights): bad input the
-        job quarantines, not lateness; counted, not listed.
+    :ivar landing: the folder read (or, for a Spark-replayed job, the landing or checkpoint named).
+    :ivar event_time_field: the field used as event time: the job's (its late rule's, or given).
+    :ivar files: files read (hidden names, Spark's in-progress files, are skipped).
+    :ivar lateness_ms: per row with an event time, in arrival order, ms.
+    :ivar no_event_time: rows whose event time is null: bad input the job sets aside, not
+        lateness; counted, not listed.
     :ivar malformed: lines that are not JSON objects, or whose times are not ISO-8601 instants
         with a zone: counted, and the first ones named in ``problems``.
     :ivar problems: the first messages naming file, line and what was expected.
+    :ivar source: ``"landing"`` (the landed JSON lines, read here) or ``"spark_replay"`` (the rows the
+        launcher's Spark replay made with the job's own parsing, ``<checkpoint>.replay.jsonl``).
     """
 
     landing: str
@@ -295,10 +226,11 @@ class LandedLateness:
     no_event_time: int = 0
     malformed: int = 0
     problems: list[str] = field(default_factory=list)
+    source: str = "landing"
 
     def summary(self, targets: Iterable[float] = DEFAULT_TARGETS) -> dict[str, Any]:
-        """JSON-ready: ``{"landing", "event_time_field", "files", "events", "no_event_time", "malformed",
-        "late_events" (lateness > 0), "p50_ms", "p99_ms", "max_lateness_ms", "advice": [...],
+        """JSON-ready: ``{"landing", "event_time_field", "source", "files", "events", "no_event_time",
+        "malformed", "late_events" (lateness > 0), "p50_ms", "p99_ms", "max_lateness_ms", "advice": [...],
         "problems"}`` (quantiles are nearest-rank; None without events)."""
         ordered = sorted(self.lateness_ms)
 
@@ -306,9 +238,9 @@ class LandedLateness:
             return ordered[max(0, math.ceil(q * len(ordered)) - 1)] if ordered else None
 
         return {
-            "landing": self.landing, "event_time_field": self.event_time_field, "files": self.files,
-            "events": len(ordered), "no_event_time": self.no_event_time, "malformed": self.malformed,
-            "late_events": sum(1 for value in ordered if value > 0),
+            "landing": self.landing, "event_time_field": self.event_time_field, "source": self.source,
+            "files": self.files, "events": len(ordered), "no_event_time": self.no_event_time,
+            "malformed": self.malformed, "late_events": sum(1 for value in ordered if value > 0),
             "p50_ms": rank(0.5), "p99_ms": rank(0.99), "max_lateness_ms": ordered[-1] if ordered else None,
             "advice": [a.to_dict() for a in advise(self.lateness_ms, targets)],
             "problems": list(self.problems),
@@ -325,25 +257,35 @@ def _epoch_ms(text: str) -> int:
     return (instant - _EPOCH) // timedelta(milliseconds=1)
 
 
-def landed_lateness(landing: str, event_time_field: str | None = None, *, filesystem: Any = None,
-                    storage_options: dict[str, Any] | None = None) -> LandedLateness:
-    """Measure the lateness of the events in a landing folder (the lander's JSON-lines files).
+def landed_lateness(landing: str, event_time_field: str | None, *, arrival_field: str | None = None,
+                    filesystem: Any = None, storage_options: dict[str, Any] | None = None) -> LandedLateness:
+    """Measure the lateness of the events in a landing folder of JSON-lines files.
 
-    Arrival order is ``stream_time`` (ties: file name, then line); files without it are taken in
-    file-name and line order.
+    Arrival order is ``arrival_field`` when given (ties: file name, then line), else file name,
+    then line (a lander that names its files in arrival order).
 
     :param landing: folder (local path or fsspec URL) of ``*.jsonl`` files.
-    :param event_time_field: the event-time field (ISO-8601 with zone); default: the first of
-        :data:`EVENT_TIME_FIELDS` present in the first event.
+    :param event_time_field: the job's event-time field (ISO-8601 text with a zone).
+    :param arrival_field: a field telling when each event reached the landing (ISO-8601 with a
+        zone), None to take the files' order.
     :param filesystem: / storage_options: how to reach the folder, as for
         :func:`watermark_ops.core.checkpoint.read_checkpoint` (``filesystem`` is used only when the
         folder is on it, :func:`~watermark_ops.core.checkpoint.filesystem_for`). One fresh listing,
         then every file read at once (concurrently on object storage, within
         :data:`~watermark_ops.core.checkpoint.MAX_CONCURRENT_READS`, retried within a bound).
-    :raises LatenessError: when the folder does not exist, or no event-time field is recognised.
+    :raises LatenessError: when the folder does not exist, or no event-time field is given.
     :raises OSError: when the folder cannot be listed or a file in it cannot be read (naming it).
     """
-    return _landed_lateness(_read_landing(landing, filesystem, storage_options), landing, event_time_field)
+    if not event_time_field:
+        raise LatenessError(f"{landing}: {_NO_FIELD}")
+    return _landed_lateness(_read_landing(landing, filesystem, storage_options), landing, event_time_field,
+                            arrival_field)
+
+
+#: Why there is no advice without the job's event-time field (it is never guessed).
+_NO_FIELD = ("which field holds the event time? The checkpoint's progress log has no late rule naming it (the "
+             "run pattern's event_time declaration, or the recorder's late_rule): pass it (event_time_field, "
+             "or --event-time-field)")
 
 
 def _read_landing(landing: str, filesystem: Any, storage_options: dict[str, Any] | None) -> list[tuple[str, Any]]:
@@ -359,22 +301,23 @@ def _read_landing(landing: str, filesystem: Any, storage_options: dict[str, Any]
     except (FileNotFoundError, NotADirectoryError):
         listed = None
     if listed is None:
-        raise LatenessError(f"{landing}: no such landing folder (expected the folder of the lander's .jsonl files)")
+        raise LatenessError(f"{landing}: no such landing folder (expected the folder of the job's landed .jsonl files)")
     paths = sorted(f"{folder}/{n}" for n in listed if n.endswith(".jsonl") and not n.startswith((".", "_")))
     content = storage.read(paths)
     return [(storage.display(p), content(p)) for p in paths]
 
 
-def _landed_lateness(files: list[tuple[str, Any]], landing: str, event_time_field: str | None) -> LandedLateness:
+def _landed_lateness(files: list[tuple[str, Any]], landing: str, event_time_field: str,
+                     arrival_field: str | None = None) -> LandedLateness:
     """:func:`landed_lateness` of files already read."""
-    names = [name for name, _ in files]
-    result = LandedLateness(landing=str(landing), event_time_field=event_time_field, files=len(names))
+    result = LandedLateness(landing=str(landing), event_time_field=event_time_field, files=len(files))
 
     def problem(message: str) -> None:
         result.malformed += 1
         if len(result.problems) < _MAX_PROBLEMS:
             result.problems.append(message)
 
+    times = f"{event_time_field}" + (f" and {arrival_field}" if arrival_field else "")
     arrivals: list[tuple[int, int, int, int]] = []  # (arrival ms, file index, line, event ms)
     for file_index, (name, raw) in enumerate(files):
         if isinstance(raw, Exception):
@@ -392,27 +335,49 @@ def _landed_lateness(files: list[tuple[str, Any]], landing: str, event_time_fiel
             if not isinstance(event, dict):
                 problem(f"{where}: expected a JSON object")
                 continue
-            if result.event_time_field is None:
-                found = [f for f in EVENT_TIME_FIELDS if f in event]
-                if not found:
-                    raise LatenessError(f"{where}: no event-time field: expected one of {EVENT_TIME_FIELDS} "
-                                        f"(or pass event_time_field)")
-                result.event_time_field = found[0]
-            value = event.get(result.event_time_field)
+            value = event.get(event_time_field)
             if value is None:
                 result.no_event_time += 1
                 continue
             try:
                 event_ms = _epoch_ms(str(value))
-                arrival_ms = _epoch_ms(event[ARRIVAL_FIELD]) if event.get(ARRIVAL_FIELD) else 0
+                arrival_ms = _epoch_ms(str(event[arrival_field])) if arrival_field and event.get(arrival_field) else 0
             except ValueError as exc:
-                problem(f"{where}: expected ISO-8601 instants with a zone in {result.event_time_field} "
-                        f"and {ARRIVAL_FIELD} ({exc})")
+                problem(f"{where}: expected ISO-8601 instants with a zone in {times} ({exc}); a job that parses "
+                        "its own event times gets its advice from the launcher's Spark replay")
                 continue
             arrivals.append((arrival_ms, file_index, number, event_ms))
     arrivals.sort()
     result.lateness_ms = observed_lateness(a[3] for a in arrivals)
     return result
+
+
+def replayed_lateness(checkpoint: str, event_time_field: str | None, landing: str | None = None, *,
+                      filesystem: Any = None, storage_options: dict[str, Any] | None = None) -> LandedLateness | None:
+    """The observed lateness of the rows entering the watermark, from the launcher's Spark replay
+    records (``<checkpoint>.replay.jsonl``, :mod:`watermark_ops.core.ledger.replayed`).
+
+    Arrival order is batch order, then the order the batch read its files (the source log's), then
+    line: the lateness of a row is how far its event time lies behind the newest event time seen
+    before it (:func:`observed_lateness`), as the advice on a landing folder models it; here for
+    any landed format and the job's own event-time parsing.
+
+    :return: a :class:`LandedLateness` (``source`` ``"spark_replay"``; ``files``: the files the
+        replayed batches read), None when the checkpoint has no replay record.
+    :raises OSError: when the replay log exists but cannot be read.
+    """
+    from watermark_ops.core.ledger.replayed import read_replay_log
+
+    records, problems = read_replay_log(checkpoint, filesystem=filesystem, storage_options=storage_options)
+    if not records:
+        return None
+    times, files = [], set()
+    for batch_id in sorted(records):
+        times.extend(int(t) for t in records[batch_id].get("event_times_ms") or [])
+        files.update(records[batch_id].get("files") or [])
+    return LandedLateness(landing=str(landing or checkpoint), event_time_field=event_time_field, files=len(files),
+                          lateness_ms=observed_lateness(times), problems=problems[:_MAX_PROBLEMS],
+                          malformed=len(problems), source="spark_replay")
 
 
 # --------------------------------------------------------------------------------------------
@@ -421,14 +386,15 @@ def _landed_lateness(files: list[tuple[str, Any]], landing: str, event_time_fiel
 
 @dataclass(frozen=True)
 class LatenessReport:
-    """Drops per run of a checkpoint's query, and the observed lateness of its inputs.
+    """What the watermark dropped per run of a checkpoint's query, and the observed lateness of its inputs.
 
     :ivar checkpoint: the checkpoint location.
     :ivar progress_log: its progress log, ``<checkpoint>.progress.jsonl``.
     :ivar runs: one :class:`RunDrops` per run, in the order the runs started.
-    :ivar inputs: one :class:`LandedLateness` per landing folder.
+    :ivar inputs: one :class:`LandedLateness` per input (per landing folder; one for a Spark-replayed job).
     :ivar targets: the drop-rate targets of the advice.
-    :ivar problems: progress-log lines that could not be read, each naming file and line.
+    :ivar problems: progress-log lines that could not be read, each naming file and line, and why
+        an input has no advice (in the job's terms).
     """
 
     checkpoint: str
@@ -450,54 +416,116 @@ class LatenessReport:
         }
 
 
-def _rule_fields(records: list[dict[str, Any]], sources: int) -> list[str | None]:
-    """The event-time field per source named by the newest record's ``late_rule`` (None each when none)."""
-    for record in reversed(records):
+def newest_late_rule(records: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
+    """The ``late_rule`` of the newest progress record that has one (as recorded), else None."""
+    for record in reversed(list(records)):
         rule = record.get("late_rule")
-        fields = rule.get("event_time") if isinstance(rule, dict) else None
-        if isinstance(fields, str):
-            return [fields] * sources
-        if isinstance(fields, list) and all(isinstance(f, str) for f in fields):
-            return (fields + [None] * sources)[:sources]
+        if isinstance(rule, dict):
+            return rule
+    return None
+
+
+def _rule_fields(rule: dict[str, Any] | None, sources: int) -> list[str | None]:
+    """The event-time field per source the late rule names (None each when none)."""
+    fields = rule.get("event_time") if rule else None
+    if isinstance(fields, str):
+        return [fields] * sources
+    if isinstance(fields, list) and all(isinstance(f, str) for f in fields):
+        return (fields + [None] * sources)[:sources]
     return [None] * sources
 
 
+def _parsed_by_job(rule: dict[str, Any] | None) -> bool:
+    """True when the late rule says a source's rows are made by the job's own parsing (any format)."""
+    inputs = (rule or {}).get("inputs")
+    return isinstance(inputs, list) and any(isinstance(i, dict) and i.get("parsing") == "job" for i in inputs)
+
+
+def lateness_inputs(checkpoint: str, landings: Sequence[str], records: Sequence[dict[str, Any]],
+                    event_time_field: str | None = None, arrival_field: str | None = None, *,
+                    filesystem: Any = None,
+                    storage_options: dict[str, Any] | None = None) -> tuple[list[LandedLateness], list[str]]:
+    """The observed lateness of a checkpoint's inputs, on the job's own event-time field.
+
+    * A job whose parsing is its own (the late rule's ``inputs`` say ``"parsing": "job"``): the rows
+      the launcher's Spark replay made (:func:`replayed_lateness`), whatever the landed format; the
+      landing folders are not read.
+    * Else each landing folder's JSON lines (:func:`landed_lateness`) on the field the late rule
+      names for that source (or ``event_time_field``).
+
+    :param records: the checkpoint's progress records, already read (the newest ``late_rule`` names
+        the field and how the rows are made).
+    :return: ``(inputs, problems)``: for a Spark-replayed job without a replay record yet, no input
+        and a problem saying so in the job's terms.
+    :raises LatenessError: for a landing folder that does not exist, or whose event-time field
+        neither the late rule nor ``event_time_field`` names (never guessed).
+    :raises OSError: when a landing file or the replay log cannot be read.
+    """
+    where = {"filesystem": filesystem, "storage_options": storage_options}
+    rule = newest_late_rule(records)
+    problems: list[str] = []
+    if _parsed_by_job(rule):
+        field_name = event_time_field or _rule_fields(rule, 1)[0]
+        replayed = replayed_lateness(checkpoint, field_name, landings[0] if landings else None, **where)
+        if replayed is None:
+            problems.append(f"no delay-threshold advice yet for {checkpoint}: the job parses its own rows, and "
+                            f"the launcher's Spark replay has recorded none of their {field_name or 'event'} times "
+                            "(they are recorded after each run)")
+            return [], problems
+        return [replayed], problems
+    fields = [event_time_field] * len(landings) if event_time_field else _rule_fields(rule, len(landings))
+    missing = [landing for landing, f in zip(landings, fields) if not f]
+    if missing:
+        raise LatenessError(f"no delay-threshold advice for {', '.join(missing)}: {_NO_FIELD}")
+    if not landings:
+        return [], problems
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=len(landings)) as pool:  # every folder's files at once
+        read = [pool.submit(_read_landing, landing, filesystem, storage_options) for landing in landings]
+        files = [future.result() for future in read]
+    return [_landed_lateness(f, landing, name, arrival_field)
+            for f, landing, name in zip(files, landings, fields)], problems
+
+
 def lateness_report(checkpoint: str, landings: Iterable[str] = (), targets: Iterable[float] = DEFAULT_TARGETS,
-                    event_time_field: str | None = None, *, filesystem: Any = None,
+                    event_time_field: str | None = None, arrival_field: str | None = None, *,
+                    rows: bool = True, filesystem: Any = None,
                     storage_options: dict[str, Any] | None = None) -> LatenessReport:
-    """Drops per run from the checkpoint's progress log, and observed lateness per landing folder.
+    """What the watermark dropped per run (the late-row ledger's rows, Spark's count beside them),
+    and the observed lateness of the inputs with the delay-threshold advice.
 
     :param checkpoint: the checkpoint location; its progress log is ``<checkpoint>.progress.jsonl``.
     :param landings: landing folders of the query's inputs (one per input; may be empty).
     :param targets: drop-rate targets of the advice (default 1 % and 0.1 %).
-    :param event_time_field: forces the event-time field of every landing (default: the newest
-        progress record's ``late_rule`` names it, one per source in plan order, as the recorder
-        writes it; else recognised from :data:`EVENT_TIME_FIELDS`).
+    :param event_time_field: forces the event-time field (default: the newest progress record's
+        ``late_rule`` names it, one per source in plan order, as the recorder writes it; never guessed).
+    :param arrival_field: a landed field telling when each event arrived (default: files' order).
+    :param rows: replay the checkpoint's batches (:func:`watermark_ops.core.ledger.late_ledger`) for
+        each run's late *rows* and drop rate; False leaves them None (Spark's count only).
     :param filesystem: / storage_options: how to reach the progress log and the landing folders
         (e.g. ``s3://``), as for :func:`watermark_ops.core.checkpoint.read_checkpoint`; the
         landing folders are read concurrently.
     :return: a :class:`LatenessReport`.
-    :raises LatenessError: for a missing landing folder or unrecognised events.
-    :raises OSError: when the progress log exists but cannot be read.
+    :raises LatenessError: as :func:`lateness_inputs`: a missing landing folder, no event-time field.
+    :raises OSError: when the progress log exists but cannot be read, or a landed file cannot be read.
     """
     log_path = progress_log_path(checkpoint)
     where = {"filesystem": filesystem, "storage_options": storage_options}
-    landings = list(landings)
-    # The progress log and every landing folder at once (each folder's files read concurrently).
-    from concurrent.futures import ThreadPoolExecutor
+    progress = read_progress_log(log_path, **where)
+    inputs, problems = lateness_inputs(checkpoint, list(landings), progress.records, event_time_field,
+                                       arrival_field, **where)
+    runs = drops_per_run(progress.records)
+    if rows and runs:
+        from watermark_ops.core.ledger.replay import late_ledger
 
-    with ThreadPoolExecutor(max_workers=len(landings) + 1) as pool:
-        log_future = pool.submit(read_progress_log, log_path, **where)
-        read = [pool.submit(_read_landing, landing, filesystem, storage_options) for landing in landings]
-        progress = log_future.result()
-        files = [future.result() for future in read]
-    fields = [event_time_field] * len(landings) if event_time_field else _rule_fields(progress.records, len(landings))
-    inputs = [_landed_lateness(f, landing, field) for f, landing, field in zip(files, landings, fields)]
+        ledger = late_ledger(checkpoint, **where)
+        runs = with_rows_late(runs, {b.batch_id: b.rows_late for b in ledger.batches if b.replayed})
     return LatenessReport(
         checkpoint=str(checkpoint),
         progress_log=log_path,
-        runs=tuple(drops_per_run(progress.records)),
+        runs=tuple(runs),
         inputs=tuple(inputs),
         targets=tuple(targets),
-        problems=tuple(progress.problems),
+        problems=tuple(progress.problems) + tuple(problems),
     )

@@ -4,9 +4,11 @@
 audit's status and findings, the newest batch's time); :func:`sort_overview` puts problems
 first. :func:`checkpoint_detail` adds the chart's series (watermark and batch time over batch
 ids, the restart boundaries of the runs, the in-flight batch, the batches whose watermark went
-backwards), the rows Spark dropped as late per run (and the late-row ledger's rows, when its
-sink is known), the audit's findings with the file each names,
-and the delay-threshold advice of the landing folders. Both read only (the audit runs without
+backwards), per run the rows the late-row ledger found late and the drop rate they make (when its
+sink or the launcher's Spark replay is there) beside Spark's own count (late partial aggregates),
+the audit's findings with the file each names, and the delay-threshold advice on the job's own
+event-time field (the late rule's: from the Spark replay of the job's own parsing, else the landing
+folders' JSON lines). Both read only (the audit runs without
 memory: nothing is remembered, nothing is written) and return JSON-ready dicts, the same ones the
 web face serves as JSON and renders as HTML.
 
@@ -168,7 +170,7 @@ def page_of(rows: Sequence[dict[str, Any]], page: int = 1,
 
 
 def _runs(progress, query_id: str | None) -> list[dict[str, Any]]:
-    """Per run of this query (progress log): its batches and Spark's late-row count."""
+    """Per run of this query (progress log): its batches and Spark's count (late partial aggregates)."""
     from watermark_ops.core.lateness import drops_per_run
 
     records = [r for r in progress.records if query_id is None or r.get("query_id") in (None, query_id)]
@@ -202,7 +204,7 @@ def _chart(batches: Sequence[Any], runs: list[dict[str, Any]], regressed: set[in
 
 def _ledger_rows(late_sink: str, runs: list[dict[str, Any]], limit: int, problems: list[str],
                  filesystem: Any = None, storage_options: dict[str, Any] | None = None) -> None:
-    """Set each run's ``ledger_rows_late``: the rows of ``<late_sink>/batch=<N>.jsonl`` over its
+    """Set each run's ``rows_late``: the rows of ``<late_sink>/batch=<N>.jsonl`` over its
     batch ids (the late-row ledger's sink, :func:`watermark_ops.core.ledger.write_late_rows`: one
     JSON object per line, one file per batch that read landed files), for the newest ``limit``
     runs only (the others keep None: nothing of theirs is read). None as well for a run none of
@@ -249,7 +251,7 @@ def _ledger_rows(late_sink: str, runs: list[dict[str, Any]], limit: int, problem
             if bad:
                 problems.append(f"late-row sink file {file}: {bad} line(s) are not a JSON object (not counted)")
             total = (total or 0) + rows
-        run["ledger_rows_late"] = total
+        run["rows_late"] = total
     if paths and not found:
         problems.append(f"late-row sink {late_sink}: no batch=<N>.jsonl for the batches of the runs shown")
 
@@ -269,8 +271,10 @@ def checkpoint_detail(location: str, thresholds: Thresholds, *, name: str | None
     :param chart_limit: the newest batches drawn and listed (0: all).
     :param late_sink: the folder the late-row ledger wrote this checkpoint's late rows to
         (``<output>_late``, :func:`watermark_ops.core.ledger.write_late_rows`), None when unknown:
-        each run then also gets ``ledger_rows_late``, the rows of its batches' ``batch=<N>.jsonl``
-        (None when unknown or without a file), beside Spark's late-group count.
+        each run's ``rows_late`` is then the rows of its batches' ``batch=<N>.jsonl`` (None when
+        unknown or without a file); without a sink, the launcher's Spark replay records
+        (``<checkpoint>.replay.jsonl``) where they exist. ``drop_rate`` is ``rows_late / input_rows``
+        (None without rows), beside Spark's ``late_partial_aggregates_spark``.
     :param runs_limit: the newest runs whose ledger files are read (the page lists as many).
     :param filesystem: / storage_options: how to reach the checkpoint, its progress log, and the
         sink and landing folders on the same filesystem, as for
@@ -281,8 +285,9 @@ def checkpoint_detail(location: str, thresholds: Thresholds, *, name: str | None
         "batch_id", "file", "message"}]}, "chart": {"total", "shown", "limit",
         "first_shown_batch_id", "points": [{"batch_id", "watermark_ms", "timestamp_ms",
         "next_watermark_ms", "committed", "regressed", "run_start"}], "restarts": [{"batch_id",
-        "run", "run_tag", "run_id"}]}, "runs": [RunDrops.to_dict() + {"ledger_rows_late": int |
-        None}], "late_sink": str | None, "advice": [LandedLateness summaries], "problems": [str]}``.
+        "run", "run_tag", "run_id"}]}, "runs": [RunDrops.to_dict()], "late_sink": str | None,
+        "advice": [LandedLateness summaries], "advice_why": [why an input has no advice, in the job's
+        terms], "problems": [str]}``.
     """
     at = now_ms() if at_ms is None else at_ms
     problems: list[str] = []
@@ -295,16 +300,19 @@ def checkpoint_detail(location: str, thresholds: Thresholds, *, name: str | None
         problems.append(f"no stall classification: {why_not}")
     problems.extend(_problem_text(p) for p in checkpoint.problems)
     runs = _runs(progress, checkpoint.query_id) if progress is not None else []
-    for run in runs:
-        run["ledger_rows_late"] = None
     if progress is not None:
         problems.extend(progress.problems)
     if late_sink:
         _ledger_rows(late_sink, runs, runs_limit, problems, filesystem, storage_options)
+    elif runs:
+        _replayed_rows(location, checkpoint.query_id, runs, runs_limit, problems, filesystem, storage_options)
+    for run in runs:  # rows, from the ledger: never Spark's count of late partial aggregates
+        run["drop_rate"] = run["rows_late"] / run["input_rows"] if run["rows_late"] is not None and run["input_rows"] \
+            else None
     regressed = {f.batch_id for f in report.findings if f.rule == "watermark_regressed" and f.batch_id is not None}
-    advice = []
-    for landing in landings:
-        advice.append(_advice(landing, problems, filesystem, storage_options))
+    advice_why: list[str] = []
+    advice = _advice(location, list(landings), progress.records if progress is not None else [], advice_why,
+                     filesystem, storage_options)
     order = {ERROR: 0, WARNING: 1, INFO: 2}
     row = _row_of(empty_row(location, name), checkpoint, thresholds, at_ms, False,
                   (status, report, classification, why_not))
@@ -323,18 +331,42 @@ def checkpoint_detail(location: str, thresholds: Thresholds, *, name: str | None
         "runs": runs,
         "late_sink": late_sink or None,
         "progress_log": progress_log_path(checkpoint.location),
-        "advice": [a for a in advice if a is not None],
+        "advice": advice,
+        "advice_why": advice_why,
         "problems": problems,
     }
 
 
-def _advice(landing: str, problems: list[str], filesystem: Any = None,
-            storage_options: dict[str, Any] | None = None) -> dict[str, Any] | None:
-    """The observed lateness and delay-threshold advice of one landing folder, or None (problem noted)."""
-    from watermark_ops.core.lateness import LatenessError, landed_lateness
+def _advice(location: str, landings: list[str], records: list[dict[str, Any]], why_not: list[str],
+            filesystem: Any = None, storage_options: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The observed lateness and delay-threshold advice of the checkpoint's inputs on the job's own
+    event-time field (:func:`watermark_ops.core.lateness.lateness_inputs`); why not, in ``why_not``."""
+    from watermark_ops.core.lateness import LatenessError, lateness_inputs
 
     try:
-        return landed_lateness(landing, filesystem=filesystem, storage_options=storage_options).summary()
+        inputs, why = lateness_inputs(location, landings, records, filesystem=filesystem,
+                                      storage_options=storage_options)
     except (LatenessError, OSError) as exc:
-        problems.append(f"no delay-threshold advice for {landing}: {exc}")
-        return None
+        why_not.append(f"no delay-threshold advice: {exc}")
+        return []
+    why_not.extend(why)
+    return [item.summary() for item in inputs]
+
+
+def _replayed_rows(location: str, query_id: str | None, runs: list[dict[str, Any]], limit: int, problems: list[str],
+                   filesystem: Any = None, storage_options: dict[str, Any] | None = None) -> None:
+    """Set the newest ``limit`` runs' ``rows_late`` from the launcher's Spark replay records
+    (``<checkpoint>.replay.jsonl``: the job's own parsing replayed after each run), summed over the
+    run's batches that have one; left None when none has, or when a record says it was not exact."""
+    from watermark_ops.core.ledger.replayed import read_replay_log
+
+    try:
+        records, bad = read_replay_log(location, query_id, filesystem=filesystem, storage_options=storage_options)
+    except OSError as exc:
+        problems.append(f"the Spark replay log of {location} cannot be read: {exc!r}")
+        return
+    problems.extend(bad)
+    for run in (runs[-limit:] if limit > 0 else runs) if records else ():
+        found = [records[b] for b in run["batch_ids"] if b in records]
+        if found and not any(r.get("problems") for r in found):
+            run["rows_late"] = sum(len(r["late_rows"]) for r in found)

@@ -17,7 +17,7 @@ boundary batch; their findings are added to the remembered ones. A first view, a
 the whole checkpoint (as :func:`watermark_ops.core.overview.overview_row`).
 
 :class:`SharedOverview` evaluates every known checkpoint once per refresh, concurrently with a
-bound, for every viewer at once (single flight: a viewer arriving while a refresh runs waits for
+bound, for every viewer at once (one refresh at a time: a viewer arriving while a refresh runs waits for
 it instead of starting another), serves that evaluation to the views within ``max_age`` seconds,
 and then, up to ``max_stale``, serves it at once while one refresh runs in the background. Its
 rows are the same for everyone; a face filters them per user afterwards.
@@ -143,7 +143,7 @@ class SharedOverview:
     (one at a time): a viewer never waits for the checkpoints to be read once there is an
     evaluation, and the page says when its rows were read. Older, or for other jobs (the
     configuration changed), the viewer waits for a refresh, shared with every viewer arriving
-    meanwhile (single flight).
+    meanwhile (one refresh at a time).
 
     :param max_age: seconds an evaluation is served as is (0: every view waits for a refresh,
         still sharing one already running).

@@ -2,13 +2,13 @@
 
 Spark keeps one watermark per query (per input, then ``min``/``max`` over inputs): the newest event
 time seen minus the delay threshold. When the rows of one key arrive later than the others' (one
-airport's files a day late), that key's newest event time trails the leader's, the watermark
+station's files a day late), that key's newest event time trails the leader's, the watermark
 follows the leader, and the trailing key's rows are the ones dropped as late. Flink aligns
 watermarks per split for this; Spark does not, so the skew has to be watched.
 
 Input: the progress log's records (``<checkpoint>.progress.jsonl``, written by
-``watermark_ops.spark.recorder``), each with ``partition_column`` (e.g. ``"origin"``) and
-``event_time_max_ms_by_partition`` (``{"EWR": ms, "JFK": ms, "LGA": ms}``, null for a partition
+``watermark_ops.spark.recorder``), each with ``partition_column`` (e.g. ``"station"``) and
+``event_time_max_ms_by_partition`` (``{"north": ms, "south": ms}``, null for a partition
 without a row in that batch): the job's ``Dataset.observe`` metrics as Spark reported them in
 ``StreamingQueryProgress.observedMetrics``. A partition's newest event time is the maximum over
 every record read, across batches and runs (the max so far); the leader is the partition with the
@@ -31,7 +31,7 @@ __all__ = ["PartitionSkew", "PartitionTime", "partition_skew", "skew_before_each
 class PartitionTime:
     """One partition's newest event time so far (epoch ms UTC).
 
-    :ivar partition: the value of the partition column (``"LGA"``).
+    :ivar partition: the value of the partition column (``"south"``).
     :ivar event_time_max_ms: the newest event time of its rows in the records read; None when no
         record read had a row of it.
     :ivar max_batch_id: the batch that observed that event time (None with it).
@@ -64,7 +64,7 @@ class PartitionTime:
 class PartitionSkew:
     """The event-time skew between the partitions of a query's input (epoch ms UTC).
 
-    :ivar column: the partition column (``"origin"``).
+    :ivar column: the partition column (``"station"``).
     :ivar partitions: leader first, then by how far each trails it; partitions never seen last.
     :ivar leader: the partition with the newest event time (None when none was seen).
     :ivar leader_event_time_ms: its newest event time.
@@ -214,7 +214,7 @@ def skew_before_each_batch(records: Mapping[int, Mapping[str, Any]]) -> dict[int
     :func:`partition_skew` over the records of the batches before N, each with the watermark N ran
     with (the record's ``watermark_ms``). Batches before which nothing was observed are left out.
 
-    One pass in batch order (the late-row ledger uses it to say how far an airport trailed when
+    One pass in batch order (the late-row ledger uses it to say how far a partition trailed when
     its rows were dropped).
     """
     ordered = [records[k] for k in sorted(records)]

@@ -367,15 +367,18 @@ def summarize_run(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
     Records of triggers that ran no batch (``executed`` false) are left out of ``batches``.
 
     :return: ``{"batches": [{"batch_id", "watermark_ms", "timestamp_ms", "input_rows",
-        "windows_emitted", "rows_dropped_by_watermark", "quarantined_rows"}], "batch_ids": [int],
-        "input_rows": int, "windows_emitted": int, "rows_dropped_by_watermark": int,
+        "windows_emitted", "late_partial_aggregates_spark", "quarantined_rows"}], "batch_ids": [int],
+        "input_rows": int, "windows_emitted": int, "late_partial_aggregates_spark": int,
         "quarantined_rows": int, "quarantined_by_reason": {reason: int},
         "last_watermark_ms": int | None}``. ``last_watermark_ms`` is the watermark the run's last
         batch ran with (epoch ms UTC), None when the run executed no batch. ``quarantined_rows`` and
         ``quarantined_by_reason`` are rows (summed over the batches) from the ``quarantine``
-        observed metrics (``rows`` and one count per reason, see ``flight_inputs.quarantined``):
+        observed metrics (``rows`` and one count per reason, see ``watermark_ops.spark.quarantined``):
         every reason any batch reported, zeros included, in the order first seen; ``{}`` when no
-        batch carried them (the main query's log).
+        batch carried them (the main query's log). ``late_partial_aggregates_spark`` is Spark's
+        ``numRowsDroppedByWatermark`` (the log's ``rows_dropped_by_watermark``): for an aggregation
+        late partial aggregates, not rows; the rows come from the late-row ledger
+        (:func:`watermark_ops.core.ledger.with_ledger_rows`).
     """
     executed = [r for r in sorted(records, key=lambda r: r["batch_id"]) if r.get("executed", True)]
     batches = [
@@ -385,7 +388,7 @@ def summarize_run(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
             "timestamp_ms": r.get("timestamp_ms"),
             "input_rows": int(r.get("input_rows") or 0),
             "windows_emitted": int(r.get("state_rows_removed") or 0),
-            "rows_dropped_by_watermark": int(r.get("rows_dropped_by_watermark") or 0),
+            "late_partial_aggregates_spark": int(r.get("rows_dropped_by_watermark") or 0),
             "quarantined_rows": int(((r.get("observed_metrics") or {}).get("quarantine") or {}).get("rows") or 0),
         }
         for r in executed
@@ -401,7 +404,7 @@ def summarize_run(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
         "batch_ids": [b["batch_id"] for b in batches],
         "input_rows": sum(b["input_rows"] for b in batches),
         "windows_emitted": sum(b["windows_emitted"] for b in batches),
-        "rows_dropped_by_watermark": sum(b["rows_dropped_by_watermark"] for b in batches),
+        "late_partial_aggregates_spark": sum(b["late_partial_aggregates_spark"] for b in batches),
         "quarantined_rows": sum(b["quarantined_rows"] for b in batches),
         "quarantined_by_reason": by_reason,
         "last_watermark_ms": watermarks[-1] if watermarks else None,

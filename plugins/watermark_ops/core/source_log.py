@@ -15,7 +15,7 @@ since 4.1 under ``runtime/`` and ``checkpointing/``)
   ``HDFSMetadataLog``: a log file is ``v1`` then one JSON ``FileEntry`` per line::
 
       v1
-      {"path":"file:///landing/flights_1.jsonl","timestamp":1795449686774,"batchId":0}
+      {"path":"file:///landing/readings_1.jsonl","timestamp":1795449686774,"batchId":0}
 
   ``path`` is the file's URI, ``timestamp`` its modification time (epoch ms UTC), ``batchId`` the
   log offset ``k``. Every ``spark.sql.streaming.fileSource.log.compactInterval`` (default 10) log

@@ -42,7 +42,7 @@ The five states (precedence when several apply: ``jumped`` > ``stalled`` > ``lag
 * ``lagging``: the latest batch's processing time minus the current watermark exceeds
   ``max_lag``. Lag is measured against the latest batch time, what the pipeline itself knows,
   not against the evaluation instant: an idle pipeline does not lag more by waiting. A replay of
-  old data (the flights of 2013 processed in 2026) lags by years: that is a backlog, truthfully
+  old data (a year of history processed today) lags by years: that is a backlog, truthfully
   reported; disable the check (``max_lag=None``) for a deliberate replay.
 * ``idle``: no data batch within ``idle_after`` before the evaluation instant. Not an alarm by
   itself (as Flink's idleness teaches); an alarm past ``max_idle``.
@@ -56,7 +56,7 @@ The five states (precedence when several apply: ``jumped`` > ``stalled`` > ``lag
 Partition skew: a warning, not a state
 --------------------------------------
 When the job records each batch's newest event time per partition (the progress log's
-``event_time_max_ms_by_partition``, e.g. per origin airport), the classification reports each
+``event_time_max_ms_by_partition``, e.g. per station), the classification reports each
 partition's newest event time so far (the max over the records read, across batches and runs),
 the leader and how far each trails it (:mod:`watermark_ops.core.partition_skew`), in
 ``partition_skew``. A partition trailing by more than ``max_partition_skew`` adds a sentence to

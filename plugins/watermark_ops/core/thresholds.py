@@ -38,11 +38,11 @@ class Thresholds:
         watermark moving → ``stalled`` (default 1 hour). None: only ``stall_batches`` counts.
     :ivar stall_batches: this many data batches without the watermark moving → ``stalled``
         (a count, default 3).
-    :ivar max_partition_skew: one partition of the input (e.g. an origin airport, from the
+    :ivar max_partition_skew: one partition of the input (e.g. a station or a region, from the
         progress log's ``event_time_max_ms_by_partition``) whose newest event time trails the
         leading partition's by more than this → a *warning* in the classification (not a state,
         not an alarm: :mod:`watermark_ops.core.stall`). Default 4 hours: above the skew an idle
-        partition shows on ordinary days (no departures at night: the example's three airports,
+        partition shows on ordinary days (quiet nights: the example pipeline's three partitions,
         replayed day by day over 2013, trail each other by up to 3.3 hours at the end of a run,
         by more than 2 hours on 15 days), far below a day's files arriving late. None: no warning
         (the skew is still reported as evidence).

@@ -68,7 +68,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def _spark_home() -> str:
-    return str(Path(importlib.util.find_spec("pyspark").origin).parent)
+    return str(Path(importlib.util.find_spec("pyspark").submodule_search_locations[0]))
 
 
 def server_command(port: int, master: str = "local[2]", host: str = "127.0.0.1",

@@ -22,6 +22,7 @@ All instants are epoch milliseconds UTC. Pure core: no Airflow, no Spark.
 
 from __future__ import annotations
 
+from watermark_ops.core.lateness import replayed_lateness  # the advice on the replayed rows, beside them
 from watermark_ops.core.ledger.lines import classify_line
 from watermark_ops.core.ledger.model import BatchLedger, LateLedger, LateRow
 from watermark_ops.core.ledger.plan import TICK_PREFIX, BatchPlan, ReplayRow, plan_batch, tally
@@ -31,7 +32,6 @@ from watermark_ops.core.ledger.replayed import (
     read_replay_log,
     replay_log_path,
     replay_record,
-    replayed_lateness,
 )
 from watermark_ops.core.ledger.rule import (
     ALLOW_MULTIPLE_CONF,
@@ -48,6 +48,7 @@ from watermark_ops.core.ledger.sink import (
     DEFAULT_MAX_QUARANTINE_RATE,
     quarantine_check,
     reconcile_run,
+    with_ledger_rows,
     write_late_rows,
 )
 
@@ -79,5 +80,6 @@ __all__ = [
     "replayed_lateness",
     "schema_kinds",
     "tally",
+    "with_ledger_rows",
     "write_late_rows",
 ]

@@ -73,7 +73,8 @@ class BatchLedger:
     :ivar rows_aggregated: good rows that were not late (they reached the stateful operator).
     :ivar late_rows: every late row.
     :ivar spark_input_rows: / spark_rows_dropped: the progress log's ``input_rows`` and
-        ``rows_dropped_by_watermark`` (late groups) for the batch, None without a record.
+        ``rows_dropped_by_watermark`` (Spark's count: late partial aggregates, not rows) for the
+        batch, None without a record; shown as ``late_partial_aggregates_spark``.
     :ivar rule: the late rule applied, None when there was none.
     :ivar late_watermark_ms: the watermark the batch filtered late rows with (epoch ms UTC):
         ``offsets/N-1``'s ``batchWatermarkMs`` (0 for batch 0) or the batch's own, per
@@ -84,7 +85,7 @@ class BatchLedger:
         :mod:`~watermark_ops.core.ledger.replayed`); None when not replayed.
     :ivar set_aside_examples: ``{reason: {"file", "line", "event"}}``: the first row set aside for each
         reason (what a failed quarantine check names).
-    :ivar skew_before: the event-time skew between partitions (e.g. origins) entering the batch:
+    :ivar skew_before: the event-time skew between the values of the job's partition column entering the batch:
         each partition's newest event time over the batches before it, and how far it trailed the
         leader (:func:`~watermark_ops.core.partition_skew.skew_before_each_batch`); None when the
         progress log records no per-partition event times. A partition that trailed by more than
@@ -124,7 +125,7 @@ class BatchLedger:
         """Late rows per value of the job's partition column (:attr:`partition_column`); empty without one."""
         return self.late_by(self.partition_column) if self.partition_column else {}
 
-    def late_by(self, key: str = "origin") -> dict[str, int]:
+    def late_by(self, key: str) -> dict[str, int]:
         """Late rows per value of the event's ``key`` field (``"?"`` when absent), descending."""
         counts: dict[str, int] = {}
         for row in self.late_rows:
@@ -135,8 +136,8 @@ class BatchLedger:
     def summary(self) -> dict[str, Any]:
         """JSON-ready, without the rows: ``{"batch_id", "replayed", "watermark_ms", "watermark",
         "timestamp_ms", "files", "log_offsets", "rows_read", "rows_quarantined", "rows_aggregated",
-        "rows_late", "late_by_origin", "late_by_partition" (by the job's partition column), "worst_late_by_ms",
-        "spark_input_rows", "spark_rows_dropped",
+        "rows_late", "late_by_partition" (by the job's partition column), "worst_late_by_ms",
+        "spark_input_rows", "late_partial_aggregates_spark" (Spark's count),
         "rule", "partition_column", "behind_leader_before_ms": {partition: ms} | None, "late_watermark_ms",
         "late_watermark" (ISO), "late_watermark_rule": LateWatermarkRule.to_dict() | None, "replayed_by",
         "set_aside_examples"}`` (``partition_column``
@@ -147,9 +148,9 @@ class BatchLedger:
             "timestamp_ms": self.timestamp_ms, "files": list(self.files), "log_offsets": self.log_offsets,
             "rows_read": self.rows_read, "rows_quarantined": dict(self.rows_quarantined),
             "rows_aggregated": self.rows_aggregated, "rows_late": self.rows_late,
-            "late_by_origin": self.late_by("origin"), "late_by_partition": self.late_by_partition(),
+            "late_by_partition": self.late_by_partition(),
             "worst_late_by_ms": max((r.late_by_ms for r in self.late_rows), default=None),
-            "spark_input_rows": self.spark_input_rows, "spark_rows_dropped": self.spark_rows_dropped,
+            "spark_input_rows": self.spark_input_rows, "late_partial_aggregates_spark": self.spark_rows_dropped,
             "rule": self.rule.to_dict() if self.rule else None,
             "partition_column": self.skew_before.column if self.skew_before else None,
             "behind_leader_before_ms": ({p.partition: p.behind_leader_ms for p in self.skew_before.partitions}
@@ -199,12 +200,11 @@ class LateLedger:
     def totals(self) -> dict[str, Any]:
         """Over the replayed batches: ``{"rows_read", "rows_aggregated", "rows_late",
         "rows_quarantined", "quarantined_by_reason", "late_by_batch": {id: rows},
-        "late_by_origin": {origin: rows}, "late_by_partition": {value of the job's partition column: rows},
-        "spark_rows_dropped" (Spark's late partial aggregates), "set_aside_examples": {reason: the first
+        "late_by_partition": {value of the job's partition column: rows},
+        "late_partial_aggregates_spark" (Spark's count), "set_aside_examples": {reason: the first
         row set aside for it, ``{"batch_id", "file", "line", "event"}``}}``."""
         replayed = [b for b in self.batches if b.replayed]
         by_reason: dict[str, int] = {}
-        by_origin: dict[str, int] = {}
         by_partition: dict[str, int] = {}
         examples: dict[str, dict[str, Any]] = {}
         for batch in replayed:
@@ -212,8 +212,6 @@ class LateLedger:
                 examples.setdefault(reason, {"batch_id": batch.batch_id, **example})
             for reason, rows in batch.rows_quarantined.items():
                 by_reason[reason] = by_reason.get(reason, 0) + rows
-            for origin, rows in batch.late_by("origin").items():
-                by_origin[origin] = by_origin.get(origin, 0) + rows
             for name, rows in batch.late_by_partition().items():
                 by_partition[name] = by_partition.get(name, 0) + rows
         return {
@@ -223,9 +221,8 @@ class LateLedger:
             "rows_quarantined": sum(by_reason.values()),
             "quarantined_by_reason": by_reason,
             "late_by_batch": {str(b.batch_id): b.rows_late for b in replayed},
-            "late_by_origin": dict(sorted(by_origin.items(), key=lambda item: (-item[1], item[0]))),
             "late_by_partition": dict(sorted(by_partition.items(), key=lambda item: (-item[1], item[0]))),
-            "spark_rows_dropped": sum(b.spark_rows_dropped or 0 for b in replayed),
+            "late_partial_aggregates_spark": sum(b.spark_rows_dropped or 0 for b in replayed),
             "set_aside_examples": examples,
         }
 

@@ -20,8 +20,8 @@ appended again and the newest line wins)::
      "problems": [str]}                          # e.g. the replay read other row counts than Spark
 
 :func:`watermark_ops.core.ledger.late_ledger` reads these records where they exist (CLI, Airflow
-ledger task, UI), and :func:`replayed_lateness` turns the event times into the lateness advice on
-the job's own event-time field, whatever the landed format. All instants epoch ms UTC. Pure core.
+ledger task, UI), and :func:`watermark_ops.core.lateness.replayed_lateness` turns the event times into
+the lateness advice on the job's own event-time field, whatever the landed format. All instants epoch ms UTC. Pure core.
 """
 
 from __future__ import annotations
@@ -29,13 +29,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from watermark_ops.core.lateness import LandedLateness, observed_lateness
 from watermark_ops.core.ledger.model import BatchLedger, LateRow
 from watermark_ops.core.ledger.plan import BatchPlan
 from watermark_ops.core.progress import _Reader
 
-__all__ = ["FILTERED_BY_JOB", "batch_from_record", "read_replay_log", "replay_log_path", "replay_record",
-           "replayed_lateness"]
+__all__ = ["FILTERED_BY_JOB", "batch_from_record", "read_replay_log", "replay_log_path", "replay_record"]
 
 #: The reason counted for rows the job's pre-watermark function filters out without naming why.
 FILTERED_BY_JOB = "filtered_by_job"
@@ -115,27 +113,3 @@ def batch_from_record(plan: BatchPlan, record: dict[str, Any]) -> tuple[BatchLed
                         replayed_by="spark", set_aside_examples=dict(record.get("set_aside_examples") or {}),
                         **plan.spark_rows())
     return batch, None
-
-
-def replayed_lateness(checkpoint: str, event_time_field: str | None, landing: str | None = None, *,
-                      filesystem: Any = None, storage_options: dict[str, Any] | None = None) -> LandedLateness | None:
-    """The observed lateness of the rows entering the watermark, from the Spark replay records.
-
-    Arrival order is batch order, then the order the batch read its files (the source log's), then
-    line: the lateness of a row is how far its event time lies behind the newest event time seen
-    before it (:func:`watermark_ops.core.lateness.observed_lateness`), as the advice on a landing
-    folder models it; here for any landed format and the job's own event-time parsing.
-
-    :return: a :class:`~watermark_ops.core.lateness.LandedLateness` (``files``: the files the replayed
-        batches read), None when the checkpoint has no replay record.
-    :raises OSError: when the replay log exists but cannot be read.
-    """
-    records, problems = read_replay_log(checkpoint, filesystem=filesystem, storage_options=storage_options)
-    if not records:
-        return None
-    times, files = [], set()
-    for batch_id in sorted(records):
-        times.extend(int(t) for t in records[batch_id].get("event_times_ms") or [])
-        files.update(records[batch_id].get("files") or [])
-    return LandedLateness(landing=str(landing or checkpoint), event_time_field=event_time_field, files=len(files),
-                          lateness_ms=observed_lateness(times), problems=problems[:20], malformed=len(problems))

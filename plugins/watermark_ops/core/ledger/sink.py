@@ -4,6 +4,7 @@
 * :func:`reconcile_run`: what one DAG run's batches did with their rows: ``rows_in`` (Spark's input
   rows) = aggregated + late + set aside, every figure in rows (Spark's own
   ``numRowsDroppedByWatermark`` is kept apart and named for what it is: late partial aggregates);
+* :func:`with_ledger_rows`: a run's progress report with its figures in rows, from the ledger;
 * :func:`quarantine_check`: a run that sets aside most of its rows, or aggregates none of them, is a
   failed run: the check names the top reason and one example record (file, line).
 
@@ -23,7 +24,7 @@ from watermark_ops.core.ledger.replay import late_ledger
 from watermark_ops.core.ledger.rule import LedgerError
 from watermark_ops.core.progress import run_report
 
-__all__ = ["DEFAULT_MAX_QUARANTINE_RATE", "quarantine_check", "reconcile_run", "write_late_rows"]
+__all__ = ["DEFAULT_MAX_QUARANTINE_RATE", "quarantine_check", "reconcile_run", "with_ledger_rows", "write_late_rows"]
 
 #: The share of a run's input rows that may be set aside before the run fails its check.
 DEFAULT_MAX_QUARANTINE_RATE = 0.5
@@ -93,7 +94,7 @@ def reconcile_run(checkpoint: str, run_tag: str, quarantine_checkpoint: str | No
         "quarantined_by_reason", "quarantine_source": "quarantine_query" | "ledger", "quarantine_rate",
         "set_aside_examples", "balanced": bool, "drop_rate" (rows late / rows in, None without a
         complete ledger), "late_partial_aggregates_spark" (Spark's numRowsDroppedByWatermark),
-        "late_by_batch", "late_by_origin", "late_by_partition", "worst_late_by_ms", "replayed_by",
+        "late_by_batch", "late_by_partition" (by the job's partition column), "worst_late_by_ms", "replayed_by",
         "ledger_rows_read", "ledger_quarantined", "complete", "problems": [str], "not_replayable",
         "sink_files": [str]}``.
     :raises OSError: when a progress log or the sink cannot be read or written.
@@ -120,9 +121,8 @@ def reconcile_run(checkpoint: str, run_tag: str, quarantine_checkpoint: str | No
         "set_aside_examples": totals["set_aside_examples"],
         "balanced": ledger.complete and rows_in == totals["rows_aggregated"] + totals["rows_late"] + quarantined,
         "drop_rate": totals["rows_late"] / rows_in if (rows_in and ledger.complete) else None,
-        "late_partial_aggregates_spark": report["rows_dropped_by_watermark"],
+        "late_partial_aggregates_spark": report["late_partial_aggregates_spark"],
         "late_by_batch": totals["late_by_batch"],
-        "late_by_origin": totals["late_by_origin"],
         "late_by_partition": totals["late_by_partition"],
         "worst_late_by_ms": max((r.late_by_ms for r in ledger.late_rows), default=None),
         "replayed_by": sorted({b.replayed_by for b in ledger.batches if b.replayed_by and b.files}),
@@ -135,6 +135,32 @@ def reconcile_run(checkpoint: str, run_tag: str, quarantine_checkpoint: str | No
         "sink_files": write_late_rows(ledger, sink, filesystem=filesystem_for(sink, filesystem),
                                       storage_options=storage_options) if sink else [],
     }
+
+
+def with_ledger_rows(report: dict[str, Any], ledger: LateLedger | None) -> dict[str, Any]:
+    """A run's progress report (:func:`watermark_ops.core.progress.run_report`) with its figures in
+    rows, from the late-row ledger of its batches (what the run pattern's ``collect_progress`` pushes).
+
+    Adds ``rows_late`` and ``drop_rate`` (rows late / input rows), None unless the ledger replayed
+    every batch (``complete``); Spark's count stays apart as ``late_partial_aggregates_spark``. When
+    the job has no quarantine query of the package's (``quarantined_by_reason`` empty) and the ledger
+    is complete, the rows it set aside are the ledger's, by the job's own reasons
+    (``quarantine_source`` ``"ledger"``; else ``"quarantine_query"``, or None when neither counted).
+
+    :return: ``report``, updated in place.
+    """
+    exact = ledger is not None and ledger.complete
+    totals = ledger.totals() if exact else None
+    report["rows_late"] = totals["rows_late"] if totals else None
+    report["drop_rate"] = totals["rows_late"] / report["input_rows"] if totals and report["input_rows"] else None
+    if report.get("quarantined_by_reason"):
+        report["quarantine_source"] = "quarantine_query"
+    elif totals:
+        report.update(quarantined_rows=totals["rows_quarantined"], quarantined_by_reason=totals["quarantined_by_reason"],
+                      quarantine_source="ledger")
+    else:
+        report["quarantine_source"] = None
+    return report
 
 
 def quarantine_check(run: dict[str, Any], max_quarantine_rate: float = DEFAULT_MAX_QUARANTINE_RATE) -> str | None:

@@ -154,12 +154,13 @@ def test_observed_lateness_of_the_landed_weather(tmp_path):
     landing = str(tmp_path / "weather")
     for day in range(1, 8):
         land_weather_interval(*_day(2013, 2, day), landing)
-    measured = landed_lateness(landing)
+    measured = landed_lateness(landing, "time_hour", arrival_field="stream_time")
     assert measured.event_time_field == "time_hour" and measured.files == 7 and measured.malformed == measured.no_event_time == 0
     assert set(measured.lateness_ms) == {0, 3_600_000, 7_200_000}
     summary = measured.summary()
     assert summary["max_lateness_ms"] == 7_200_000
     # Every third LGA observation is 2 h behind, i.e. about 1/9 of the events: no threshold under
-    # 2 h keeps drops below 1 %; 2 h + 1 ms keeps them all (Spark drops event time <= watermark).
+    # 2 h keeps drops below 1 %; 2 h + 1 ms keeps them all (Spark drops event time <= watermark),
+    # suggested rounded up to whole minutes.
     assert [a["delay_threshold_ms"] for a in summary["advice"]] == [7_200_001, 7_200_001]
-    assert [a["spark_interval"] for a in summary["advice"]] == ["2 hours 1 milliseconds"] * 2
+    assert [a["spark_interval"] for a in summary["advice"]] == ["2 hours 1 minute"] * 2
