@@ -83,8 +83,9 @@ def _thresholds(entry: dict[str, Any]) -> Any:
 
 
 def _unreadable(entry: dict[str, Any], message: str, problems: Iterable[Any] = ()) -> dict[str, Any]:
-    return {"location": entry["checkpoint"], "name": entry.get("name") or entry["checkpoint"], "state": None,
-            "alarm": True, "outcome": "fail", "message": message, "problems": list(problems)}
+    name = entry.get("name") or entry["checkpoint"]
+    return {"location": entry["checkpoint"], "name": name, "state": None, "alarm": True, "outcome": "fail",
+            "message": message if name == entry["checkpoint"] else f"{name}: {message}", "problems": list(problems)}
 
 
 def legacy_tail_folder() -> Path:
@@ -162,7 +163,8 @@ def evaluate_entry(entry: dict[str, Any], *, at: Any = None, memory: Any = None)
         counted), "remembered": bool (a previous view was found)}``; ``payload`` (for an alarm; None otherwise) is what a
         ``WatermarkStallSensor`` would push: the classification
         (:meth:`~watermark_ops.core.stall.Classification.to_dict`) plus ``outcome`` (``"fail"``),
-        ``message`` and ``name``; for an unreadable checkpoint ``{"location", "name", "state": None,
+        ``message`` and ``name`` (the registry's ``<DAG id> / <query>`` or the configured name, else the
+        location; the message starts with it); for an unreadable checkpoint ``{"location", "name", "state": None,
         "alarm": True, "outcome": "fail", "message", "problems": [ReadProblem dict | str]}``.
     """
     from watermark_ops.core.checks import check_tail
@@ -213,8 +215,9 @@ def evaluate_entry(entry: dict[str, Any], *, at: Any = None, memory: Any = None)
     # "wait" (stalled, lagging, idle too long: the sensor would fail once its timeout of 0 ran out)
     # or "fail" (jumped, or a missing checkpoint without missing_ok): an alarm, as the sensor's XCom.
     base = c.to_dict() if c is not None else _unreadable(entry, result.message)
+    message = result.message if name == location else f"{name}: {result.message}"
     return {**out, "counted": counted, "alarm": True,
-            "payload": {**base, "name": name, "outcome": "fail", "message": result.message}}
+            "payload": {**base, "name": name, "outcome": "fail", "message": message}}
 
 
 def _filesystem(entry: dict[str, Any]) -> Any:
@@ -321,12 +324,13 @@ def watch_cycle(context: Any, *, concurrency: int | None = None) -> list[dict[st
 
 def raise_alarm(context: Any, alarm: dict[str, Any]) -> None:
     """The ``alarm`` task: name the checkpoint (``context["checkpoint"]``, rendered by the task's
-    ``map_index_template``), then fail with the alarm as the exception's payload.
+    ``map_index_template``: its name, ``<DAG id> / <query>`` for a registered one, else its
+    location), then fail with the alarm as the exception's payload.
 
     :raises watermark_ops.airflow.sensors.WatermarkAlarm: always (no retries: the evaluation is the
         ``watch`` task's).
     """
     from watermark_ops.airflow.sensors import WatermarkAlarm
 
-    context["checkpoint"] = alarm.get("location")
+    context["checkpoint"] = alarm.get("name") or alarm.get("location")
     raise WatermarkAlarm(alarm.get("message") or f"{alarm.get('location')}: alarm", alarm)

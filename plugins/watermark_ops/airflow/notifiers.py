@@ -22,7 +22,8 @@ set, is sent as ``Authorization: Bearer <password>``; ``extra.headers`` are adde
 The JSON alert::
 
     {"source": "watermark-ops", "event": "task_failure" | "deadline_missed" | "notification",
-     "checkpoint": str | null, "state": "stalled" | ... | null, "alarm": bool | null,
+     "checkpoint": str | null, "name": str | null,   # its location, and what it is called: <DAG id> / <query>
+     "state": "stalled" | ... | null, "alarm": bool | null,
      "outcome": str | null, "message": str,
      "watermark": "2013-01-03T01:56:00Z" | null, "watermark_ms": int | null,
      "lag_ms": int | null, "idle_ms": int | null,
@@ -169,6 +170,7 @@ class WatermarkWebhookNotifier(BaseNotifier):
             "source": "watermark-ops",
             "event": event,
             "checkpoint": c.get("location") or self.checkpoint,
+            "name": c.get("name") or c.get("location") or self.checkpoint,
             "state": c.get("state"),
             "alarm": c.get("alarm"),
             "outcome": c.get("outcome"),

@@ -51,6 +51,7 @@ __all__ = [
     "INDEX_KEY",
     "RECORD_PREFIX",
     "add_registry_inlet",
+    "checkpoint_name",
     "known_checkpoints",
     "monitor_checkpoints",
     "read_registry",
@@ -248,6 +249,45 @@ def _unwrap(value: Any) -> Any:
 # -- merging with the configuration ----------------------------------------------------------------
 
 
+def checkpoint_name(tasks: Iterable[tuple[str, str]], location: str) -> str:
+    """What a registered checkpoint is called wherever it is shown (the overview, its page, the
+    monitor's alarms, the notifications): ``<DAG id> / <query>``, stable, readable, from what the
+    registry holds. The query is the run pattern's group id of the tasks that registered it (the
+    ``TaskGroup`` :func:`watermark_ops.airflow.run.watermarked_run` names after the job, also its
+    spark-submit application name), with those tasks' DAGs; else the checkpoint folder's name, with
+    every registering DAG (several are listed together: ``a, b / orders``). E.g.
+    ``readings_hourly / readings_hourly``.
+
+    :param tasks: ``(dag_id, task_id)`` of the tasks that registered the checkpoint.
+    """
+    tasks = [(str(d), str(t)) for d, t in tasks]
+    grouped = [(d, t.rsplit(".", 1)[0]) for d, t in tasks if "." in t]
+    if grouped:
+        dags, query = sorted({d for d, _ in grouped}), sorted({g for _, g in grouped})[0]
+    else:
+        dags, query = sorted({d for d, _ in tasks}), str(location).rstrip("/").rsplit("/", 1)[-1] or str(location)
+    return f"{', '.join(dags)} / {query}" if dags else query
+
+
+def _unique_names(known: list[dict[str, Any]]) -> None:
+    """Make the names of registered entries unique: a name two checkpoints share gets the folder's
+    name after it, or, if that is shared too, the whole location (configured names stay as given)."""
+    def shared(names: list[str]) -> set[str]:
+        return {n for n in names if names.count(n) > 1}
+
+    own = [k for k in known if k.get("named_by_registry")]
+    first = [k["name"] for k in known]
+    for k in own:
+        if k["name"] in shared(first):
+            k["name"] = f"{k['name']} ({str(k['checkpoint']).rstrip('/').rsplit('/', 1)[-1]})"
+    second = [k["name"] for k in known]
+    for k, name in zip(own, [k["name"] for k in own]):
+        if name in shared(second):
+            k["name"] = f"{name.rsplit(' (', 1)[0]} ({k['checkpoint']})"
+    for k in known:
+        k.pop("named_by_registry", None)
+
+
 def known_checkpoints(registered: list[dict[str, Any]], configured: list[dict[str, Any]], *,
                       exclude_threshold_dags: Iterable[str] = ()) -> list[dict[str, Any]]:
     """Every known checkpoint: the configured entries (in configuration order), then the registered
@@ -257,7 +297,8 @@ def known_checkpoints(registered: list[dict[str, Any]], configured: list[dict[st
     :param configured: entries of :func:`watermark_ops.airflow.config.configured_checkpoints`.
     :param exclude_threshold_dags: DAG ids whose registered thresholds are ignored (the monitor
         reading what its own sensors registered from the previous reading).
-    :return: ``[{"name": str, "checkpoint": location, "missing_ok": bool, "thresholds": {<threshold>:
+    :return: ``[{"name": str (the configured name, else :func:`checkpoint_name` of a registered one,
+        unique among them; else the location), "checkpoint": location, "missing_ok": bool, "thresholds": {<threshold>:
         value}, "dag_ids": [str], "tasks": [{"dag_id", "task_id", "operator"}], "landings": [str],
         "late_sink": str | None, "assets": [{"name", "uri"}], "note": str | None,
         "conn_id": str | None, "storage_options": dict | None,
@@ -292,8 +333,13 @@ def known_checkpoints(registered: list[dict[str, Any]], configured: list[dict[st
         else:
             task = next((t for t in tasks if isinstance(t.get("conn_id"), str) and t["conn_id"]), {})
             conn_id, storage_options = task.get("conn_id"), task.get("storage_options")
+        name = (entry or {}).get("name")
+        named_by_registry = not name and bool(tasks)
+        if named_by_registry:
+            name = checkpoint_name([(t.get("dag_id"), t.get("task_id")) for t in tasks], location)
         return {
-            "name": (entry or {}).get("name") or location,
+            "name": name or location,
+            "named_by_registry": named_by_registry,
             "checkpoint": location,
             "missing_ok": entry["missing_ok"] if entry else True,
             "thresholds": {**health, **((entry or {}).get("thresholds") or {})},
@@ -317,6 +363,7 @@ def known_checkpoints(registered: list[dict[str, Any]], configured: list[dict[st
         out.append(merged(entry, by_key.get(key)))
     for key in sorted(set(by_key) - seen):
         out.append(merged(None, by_key[key]))
+    _unique_names(out)
     return out
 
 
@@ -343,7 +390,7 @@ def monitor_checkpoints(context: Any) -> list[dict[str, Any]]:
     out = []
     for k in known:
         item: dict[str, Any] = {"checkpoint": k["checkpoint"], "missing_ok": k["missing_ok"], **k["thresholds"]}
-        if k.get("configured") and k.get("name") and k["name"] != k["checkpoint"]:
+        if k.get("name") and k["name"] != k["checkpoint"]:  # configured, or DAG id / query of a registered one
             item["name"] = k["name"]
         if k.get("conn_id"):
             item["conn_id"] = k["conn_id"]

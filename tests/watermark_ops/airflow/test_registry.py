@@ -67,8 +67,13 @@ def test_an_audit_registers_its_checkpoint_for_the_pages_and_the_monitor(spark, 
     assert row["audit_status"] == "ok" and row["head_batch_id"] == 6
     root = row["url"].split("/")[3]
     assert row["url"] == f"/watermark-ops/checkpoints/{root}/orders" and root.startswith("registered-")
+    # Named by its DAG and query (no run pattern group here: the folder), not by the hashed root.
+    assert row["name"] == "wo_registry_audit / orders"
     page = client.get(f"/watermark-ops/api/checkpoints/{root}/orders").json()
-    assert page["audit"]["status"] == "ok"
+    assert page["audit"]["status"] == "ok" and page["name"] == "wo_registry_audit / orders"
+    html = client.get("/watermark-ops/").text
+    assert "wo_registry_audit / orders" in html and "registered-" not in html.replace(row["url"], "")
+    assert "no checkpoint root is configured" in html and "Checkpoint roots: ." not in html
     (tmp_path / "sibling").mkdir()
     assert client.get(f"/watermark-ops/api/checkpoints/{root}/sibling").status_code == 404
     assert client.get(f"/watermark-ops/api/checkpoints/{root}/orders/offsets").status_code == 404
@@ -88,6 +93,10 @@ def test_an_audit_registers_its_checkpoint_for_the_pages_and_the_monitor(spark, 
     summary = sf.xcoms(monitor_run)[("watch", -1, "summary")]
     # Registered with no thresholds: the defaults, whose max_lag of 6 hours a replay of 2013 exceeds.
     assert (summary["checkpoints"], summary["counts"], summary["alarms"]) == (1, {"lagging": 1}, [checkpoint])
+    # The alarm and its notification name the checkpoint by its DAG and query.
+    (alert,) = [r["body"] for r in server.requests]
+    assert alert["name"] == "wo_registry_audit / orders" and alert["checkpoint"] == checkpoint
+    assert alert["message"].startswith("wo_registry_audit / orders: ")
     # The monitor only reads the registry (it is no job of the checkpoint's).
     assert {t["dag_id"] for t in registry_rows()[record_key(checkpoint)][0]["tasks"]} == {"wo_registry_audit"}
 

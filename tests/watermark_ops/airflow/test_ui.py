@@ -164,9 +164,10 @@ def test_checkpoint_page_of_a_real_checkpoint(client, ui, spark):
     executed = [[b["batch_id"] for b in run["batches"] if b.get("executed", True)] for run in history.runs]
     assert [r["batch_id"] for r in chart["restarts"]] == [ids[0] for ids in executed if ids]  # one per run
     assert [run["batch_ids"] for run in data["runs"]] == executed
-    assert sum(run["rows_dropped_by_watermark"] for run in data["runs"]) == sum(
+    assert sum(run["late_partial_aggregates_spark"] for run in data["runs"]) == sum(
         b.get("rows_dropped_by_watermark") or 0 for run in history.runs for b in run["batches"])
     assert data["advice"] and data["advice"][0]["events"] > 50 and data["advice"][0]["advice"]
+    assert data["advice"][0]["event_time_field"] == "dep_time"  # the job's late rule names its own field
     page = client.get("/watermark-ops/checkpoints/test/real").text
     assert '<svg xmlns="http://www.w3.org/2000/svg" id="chart"' in page
     assert page.count('class="restart"') == len(chart["restarts"])
@@ -273,7 +274,7 @@ def test_late_rows_per_run_show_the_ledger_beside_spark(client, ui, spark, reque
     page = client.get("/watermark-ops/checkpoints/test/real").text
     runs = client.get("/watermark-ops/api/checkpoints/test/real").json()["runs"]
     assert _ledger_cells(page) == ["—"] * len(runs) and len(runs) == 5
-    assert all(run["ledger_rows_late"] is None for run in runs)
+    assert all(run["rows_late"] is None and run["drop_rate"] is None for run in runs)  # no rows, no rate
     assert "no late-row sink is known for this checkpoint" in page
 
     # The flights_pipeline's late_ledger task does this after each run (all runs here: no run tag).
@@ -294,9 +295,11 @@ def test_late_rows_per_run_show_the_ledger_beside_spark(client, ui, spark, reque
     assert sum(files.values()) == result["rows_late"]
     expected = [sum(files[b] for b in run["batch_ids"] if b in files) if any(b in files for b in run["batch_ids"])
                 else None for run in data["runs"]]
-    assert [run["ledger_rows_late"] for run in data["runs"]] == expected
+    assert [run["rows_late"] for run in data["runs"]] == expected
+    assert [run["drop_rate"] for run in data["runs"]] == [n / run["input_rows"] if n is not None and run["input_rows"]
+                                                          else None for n, run in zip(expected, data["runs"])]
     assert expected[3] is None and all(n is not None for i, n in enumerate(expected) if i != 3)  # run 4: no new data
-    spark_counts = [run["rows_dropped_by_watermark"] for run in data["runs"]]
+    spark_counts = [run["late_partial_aggregates_spark"] for run in data["runs"]]
     assert spark_counts == [sum(b.get("rows_dropped_by_watermark") or 0 for b in run["batches"] if b.get("executed", True))
                             for run in history.runs]
     page = client.get("/watermark-ops/checkpoints/test/real").text
@@ -317,9 +320,9 @@ def test_the_ledger_is_read_for_the_runs_shown_only(ui, spark, tmp_path):
                   sink=str(sink))
     newest = checkpoint_detail(str(ui.root / "real"), Thresholds(), late_sink=str(sink), runs_limit=1)["runs"]
     whole = checkpoint_detail(str(ui.root / "real"), Thresholds(), late_sink=str(sink))["runs"]
-    assert [r["ledger_rows_late"] for r in newest] == [None] * 4 + [whole[-1]["ledger_rows_late"]]
-    assert whole[-1]["ledger_rows_late"] is not None
+    assert [r["rows_late"] for r in newest] == [None] * 4 + [whole[-1]["rows_late"]]
+    assert whole[-1]["rows_late"] is not None
     # A missing sink is named, never a failure.
     detail = checkpoint_detail(str(ui.root / "real"), Thresholds(), late_sink=str(tmp_path / "nowhere"))
-    assert all(r["ledger_rows_late"] is None for r in detail["runs"])
+    assert all(r["rows_late"] is None for r in detail["runs"])
     assert any("no batch=<N>.jsonl" in p and "nowhere" in p for p in detail["problems"])
