@@ -310,7 +310,7 @@ def test_lateness_report_reads_the_runs_of_the_join(staged, policy_runs):
                              [policy_runs["max"]["config"].landing, policy_runs["max"]["config"].weather_landing]).to_dict()
     expected = predict(staged[:2], "max")
     assert [r["run_tag"] for r in report["runs"]] == ["max-run1", "max-run2"]
-    assert [r["rows_dropped_by_watermark"] for r in report["runs"]] == [
+    assert [r["late_partial_aggregates_spark"] for r in report["runs"]] == [
         p["late_flights"] + p["late_weather"] for p in expected]
     flights_input, weather_input = report["inputs"]
     assert (flights_input["event_time_field"], weather_input["event_time_field"]) == ("dep_time", "time_hour")

@@ -127,7 +127,7 @@ def test_every_run_balances_input_against_aggregated_late_and_quarantined(runs, 
             assert report["ledger_quarantined"] == report["rows_quarantined"] == (
                 summary["by_status"].get("cancelled", 0) + summary["by_status"].get("diverted", 0))
             assert report["rows_late"] >= report["late_partial_aggregates_spark"]
-            assert sum(report["late_by_origin"].values()) == report["rows_late"]
+            assert sum(report["late_by_partition"].values()) == report["rows_late"]
 
 
 def test_the_compacted_source_log_is_read(runs, tmp_path):

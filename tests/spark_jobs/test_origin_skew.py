@@ -142,4 +142,4 @@ def test_the_late_rows_are_lgas_held_back_flights(lga_a_day_late):
     # Entering batch 4, LGA trailed the leader by about a day: the ledger ties the two.
     behind = batch.summary()["behind_leader_before_ms"]
     assert DAY_MS - 4 * HOUR_MS < behind["LGA"] < DAY_MS + 4 * HOUR_MS and behind["LGA"] == max(behind.values())
-    assert ledger.partition_skew.partition("LGA").late_rows == ledger.totals()["late_by_origin"]["LGA"]
+    assert ledger.partition_skew.partition("LGA").late_rows == ledger.totals()["late_by_partition"]["LGA"]

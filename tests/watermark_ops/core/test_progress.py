@@ -32,7 +32,7 @@ def test_bad_lines_are_named_and_the_rest_is_read(tmp_path):
     run_a = summarize_run(records_of_run(read, "a"))
     assert run_a["batch_ids"] == [0] and run_a["windows_emitted"] == 1  # batch 1 ran no batch
     run_b = summarize_run(records_of_run(read, "b"))
-    assert (run_b["last_watermark_ms"], run_b["rows_dropped_by_watermark"], run_b["quarantined_rows"]) == (9000, 2, 1)
+    assert (run_b["last_watermark_ms"], run_b["late_partial_aggregates_spark"], run_b["quarantined_rows"]) == (9000, 2, 1)
 
 
 def test_the_log_lives_beside_the_checkpoint():

@@ -373,7 +373,7 @@ def _run_days(args, console, env: dict[str, str], locations: dict[str, str], log
             "start": start, "end": end, "failed": code != 0, "batch_ids": run["batch_ids"],
             "input_rows": run["input_rows"], "quarantined": bad["quarantined_rows"],
             "watermark_ms": run["last_watermark_ms"], "windows": run["windows_emitted"],
-            "late_groups": run["rows_dropped_by_watermark"], "late_flights": ledger.get("rows_late", "-"),
+            "late_groups": run["late_partial_aggregates_spark"], "late_flights": ledger.get("rows_late", "-"),
             "balance": ledger.get("balance", "-"), "seconds": seconds,
         })
         spent = time_breakdown(env, next(iter(new_tags), ""), [r for r in windows.records if r["run_tag"] in new_tags])
