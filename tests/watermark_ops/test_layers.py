@@ -166,3 +166,31 @@ def test_no_module_is_longer_than_600_lines():
         if lines > MAX_MODULE_LINES:
             long[relative.as_posix()] = lines
     assert long == {}
+
+
+def test_generic_modules_name_no_example_word():
+    """No module outside ``examples/`` names the example's fields, partitions or names (docstrings,
+    comments, help texts and messages included): generic code names the job's own fields
+    (its late rule's event time, its declared partition column) or a word of its own."""
+    from tests.example_words import example_words_in
+
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(PACKAGE)
+        if relative.parts[0] == "examples":
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
+            if example_words_in(line):
+                found[f"{relative.as_posix()}:{number}"] = line.strip()
+    assert found == {}
+
+
+def test_the_example_word_check_catches_a_leak():
+    from tests.example_words import example_words_in
+
+    for leak in ("late per origin", "late_by_origin", 'EVENT_TIME_FIELDS = ("dep_time", "time_hour")',
+                 "ordered by stream_time", "one airport's files", "e.g. EWR", "flight_windows"):
+        assert example_words_in(leak), leak
+    for fine in ("the batch in flight", "in-flight batch", "in_flight_batch", "the restart preflight",
+                 "the original watermark", 'find_spec("pyspark").origin', "the station north"):
+        assert not example_words_in(fine), fine

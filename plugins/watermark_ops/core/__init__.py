@@ -21,7 +21,7 @@ Modules, in the order data flows through them::
     status       the head of a checkpoint -> CheckpointStatus
     thresholds   the stall thresholds
     facts        per-batch facts for the stall classification
-    partition_skew  event-time skew between partitions (origins): newest event time, leader, gaps
+    partition_skew  event-time skew between the values of a partition column: newest event time, leader, gaps
     evidence     whether a query has an event-time watermark at all
     reasons      the classification's sentences and a stall's likely causes
     classification  the stall classification, a pure function of one read
