@@ -7,8 +7,10 @@ milliseconds parsed by the job's own code; a number that arrives as the text ``H
 by the job's own ``try_cast`` and reason. Two daily runs through ``airflow dags test`` must give the
 late rows an independent pandas replay of the landed files computes, row for row (its watermark
 computed from the rows too), the windows it computes, a balance, and the lateness advice on the
-job's own field; a third day, whose upstream switched the event time to text, fails its check naming
-the reason and an example record.
+job's own field, on the UI page too; every face's output for the checkpoint (the CLI's tables and
+JSON, the UI's pages and JSON, the XComs, the monitor's alarm and the webhook payload) holds none of
+the example's words, and the task logs carry the job's lines, not py4j's; a third day, whose upstream
+switched the event time to text, fails its check naming the reason and an example record.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tests.example_words import example_words_in
 from tests.packaging_fixtures import run_logged, user_environment
 
 pytestmark = pytest.mark.timeout(1200)
@@ -45,8 +48,9 @@ def project(tmp_path_factory, wheel):
     bad = run_logged([airflow, "dags", "test", DAG_ID, BAD_DAY, "-c", json.dumps({"event_time_as": "text"})],
                      made["env"], root, made["log"], timeout=900, check=False)
     checkpoint = str(root / "home" / "checkpoints" / DAG_ID)
-    facts = json.loads(run_logged([str(made["python"]), str(PROJECT / "check.py"), DAG_ID, checkpoint], made["env"],
-                                  root, made["log"]).stdout.strip().splitlines()[-1])
+    facts = json.loads(run_logged([str(made["python"]), str(PROJECT / "check.py"), DAG_ID, checkpoint,
+                                   str(root / "home" / "landing")], made["env"], root, made["log"]
+                                  ).stdout.strip().splitlines()[-1])
     return {**made, "home": root / "home", "checkpoint": checkpoint, "facts": facts, "bad": bad}
 
 
@@ -122,8 +126,8 @@ def test_two_daily_runs_of_a_plain_job_match_an_independent_pandas_replay(projec
         (advice,) = progress["lateness"]["inputs"]
         assert advice["event_time_field"] == "event_time" and advice["events"] > 0 and advice["advice"], advice
         assert xcom["check_run"]["rows_in"] == ledger["rows_in"]
-    # The second day's late rows are the LGA readings that arrived 8 hours late, behind the watermark.
-    assert list(late_files.values())[0] == {} and set(list(late_files.values())[1]) == {"LGA"}, late_files
+    # The second day's late rows are the south readings that arrived 8 hours late, behind the watermark.
+    assert list(late_files.values())[0] == {} and set(list(late_files.values())[1]) == {"south"}, late_files
 
     # The windows the job wrote (its own Parquet sink) equal pandas' windows closed by the last watermark.
     good = pd.concat([run["good"][~run["good"]["late"]] for run in replay])
@@ -149,5 +153,31 @@ def test_a_run_that_sets_aside_nearly_all_rows_fails_its_check_naming_the_reason
     output = project["bad"].stdout + project["bad"].stderr
     example = next(line for line in output.splitlines() if "top reason bad_event_time" in line)
     assert f"set aside {ledger['rows_in']} of its {ledger['rows_in']} input rows" in example
-    assert re.search(r"e\.g\. file:///\S+/readings_2013-01-03_(EWR|JFK|LGA)\.csv line \d+: \{", example), example
+    assert re.search(r"e\.g\. file:///\S+/readings_2013-01-03_(north|east|south)\.csv line \d+: \{", example), example
     assert '"event_time": "2013-01-0' in example  # the landed text the job could not parse
+
+
+def test_every_face_shows_the_job_s_own_words_and_none_of_the_example_s(project):
+    facts = project["facts"]
+    faces = {f"xcom {run_id} {task}": json.dumps(value) for run_id, tasks in facts["xcom"].items()
+             for task, value in tasks.items()}
+    faces.update(facts["faces"])
+    assert {"cli late", "cli lateness --json", "ui page", "ui page json", "ui overview", "notification"} <= set(faces)
+    leaks = {face: example_words_in(text) for face, text in faces.items() if example_words_in(text)}
+    assert leaks == {}
+    # The UI page's advice is on the job's own field, from the rows its own parsing made.
+    page = json.loads(faces["ui page json"])
+    (advice,) = page["advice"]
+    assert advice["event_time_field"] == "event_time" and advice["source"] == "spark_replay" and advice["advice"]
+    assert '<code class="event-time-field">event_time</code>' in faces["ui page"]
+    # Named by its DAG and query, everywhere it is shown.
+    name = "readings_hourly / readings_hourly"
+    assert page["name"] == name and facts["ui"]["row"]["name"] == name and name in faces["ui overview"]
+    assert json.loads(faces["notification"])["name"] == name
+    # Rows, not Spark's partial aggregates: the page's drop rate is the ledger's rows over the input rows.
+    late = [run for run in page["runs"] if run["rows_late"]]
+    assert late and all(run["drop_rate"] == run["rows_late"] / run["input_rows"] for run in late)
+    assert "late per station" in faces["cli late"] and "gust_not_a_number" in faces["cli late"]
+    # The task logs carry the job's lines, not py4j's INFO chatter.
+    log = Path(project["log"]).read_text()
+    assert not [line for line in log.splitlines() if "py4j" in line and "INFO" in line][:3]
