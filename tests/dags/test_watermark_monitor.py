@@ -109,9 +109,12 @@ def test_one_run_checks_every_checkpoint_and_alerts_on_alarms(airflow_db, spark,
         tis = {(ti.task_id, ti.map_index): ti for ti in run.get_task_instances(session=session)}
         names = {k: ti.rendered_map_index for k, ti in tis.items() if k[0] == "alarm"}
         states = {k: str(ti.state) for k, ti in tis.items()}
-    # One task for the four checkpoints, one mapped task per alarm, named by its checkpoint.
+    # One task for the four checkpoints, one mapped task per alarm, named by its checkpoint: a
+    # configured one without a name by its location, a registered one by its DAG and query.
     assert states == {("watch", -1): "success", ("alarm", 0): "failed", ("alarm", 1): "failed"}
-    assert names == {("alarm", 0): stalled, ("alarm", 1): pipeline}
+    assert names == {("alarm", 0): stalled, ("alarm", 1): "wo_monitor_pipeline / zz_pipeline"}
+    assert alerts[1]["name"] == "wo_monitor_pipeline / zz_pipeline" and alerts[0]["name"] == stalled
+    assert alerts[1]["message"].startswith("wo_monitor_pipeline / zz_pipeline: ")
     assert str(run.state) == "failed"
     assert [(a["map_index"], a["checkpoint"], a["state"], a["event"]) for a in alerts] == [
         (0, stalled, "stalled", "task_failure"), (1, pipeline, "lagging", "task_failure")]
