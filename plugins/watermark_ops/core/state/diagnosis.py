@@ -150,6 +150,13 @@ def _finding_file(report: Any, *codes: str) -> str | None:
     return None
 
 
+def _operator_folder(evidence: dict[str, Any], root: str) -> str:
+    """``state/<op>`` of the first operator the held shape names (its metadata file's folder), else ``state``."""
+    metadata = evidence.get("operators")
+    return metadata.rsplit("/_metadata/", 1)[0] if isinstance(metadata, str) and "/_metadata/" in metadata \
+        else f"{root}/state"
+
+
 def diagnose_spark_error(text: str, checkpoint: str, *, report: Any = None, held: Any = None,
                          query_name: str | None = None, run_tag: str | None = None,
                          timestamp_ms: int | None = None) -> Diagnosis | None:
@@ -225,7 +232,7 @@ def diagnose_spark_error(text: str, checkpoint: str, *, report: Any = None, held
     elif spark_class == "STATE_STORE_CHECKPOINT_IDS_NOT_SUPPORTED":
         found = ("state_format_v2_with_hdfs", "the run asks for checkpoint format version 2, which the HDFS-backed "
                  "state store (frozen in this checkpoint) does not support",
-                 _finding_file(report, "state_format_v2_with_hdfs") or f"{root}/state",
+                 _finding_file(report, "state_format_v2_with_hdfs") or _operator_folder(evidence, root),
                  "leave spark.sql.streaming.stateStore.checkpointFormatVersion at 1 for this checkpoint")
     elif spark_class and spark_class.startswith("INVALID_LOG_VERSION"):
         found = ("log_version_unsupported", "the checkpoint's logs were written by a newer Spark than this one reads",
