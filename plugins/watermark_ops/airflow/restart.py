@@ -53,12 +53,13 @@ def _reading(checkpoint: str, conn_id: str | None, storage_options: dict[str, An
 
 def preflight_gate(checkpoint: str, conf: dict[str, Any] | None = None, spark_version: str | None = None, *,
                    conn_id: str | None = None, storage_options: dict[str, Any] | None = None,
-                   logger: Any = None) -> dict[str, Any]:
+                   logger: Any = None, context: Any = None) -> dict[str, Any]:
     """Run the restart preflight of ``checkpoint`` as a gate (module docstring).
 
     :param conf: the confs the run requests (spark-submit ``--conf`` or the Connect session's),
         rendered; values are compared as text with the checkpoint's frozen ones.
     :param spark_version: the runtime Spark (None: :func:`runtime_spark_version`).
+    :param context: the task's context: a ``no_go`` document is pushed as its XCom before the task fails.
     :return: ``{"location", "verdict", "head_batch_id", "spark_version", "requested_conf",
         "findings": [...], "line"}``.
     :raises airflow.sdk.exceptions.AirflowFailException: ``no_go``, with :func:`verdict_line`.
@@ -97,6 +98,8 @@ def preflight_gate(checkpoint: str, conf: dict[str, Any] | None = None, spark_ve
             log.info("%s %s [%s]: %s (do: %s)", finding.level, finding.code, finding.file, finding.message,
                      finding.recipe)
     if report.verdict == NO_GO:
+        if context is not None:
+            context["ti"].xcom_push(key="return_value", value=document)
         raise AirflowFailException(line)
     return document
 

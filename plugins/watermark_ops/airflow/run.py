@@ -303,9 +303,12 @@ def watermarked_run(
             def preflight_task(checkpoint: str, conf: dict | None) -> dict:
                 """Will the restart work? go / warn / no_go, with the reason, the file and the recipe; no_go
                 fails here and nothing is launched (``watermark_ops.airflow.restart.preflight_gate``)."""
+                from airflow.sdk import get_current_context
+
                 from watermark_ops.airflow.restart import preflight_gate
 
-                return preflight_gate(checkpoint, conf, spark_version, conn_id=checkpoint_conn_id)
+                return preflight_gate(checkpoint, conf, spark_version, conn_id=checkpoint_conn_id,
+                                      context=get_current_context())
 
             preflight_task(checkpoint, conf) >> submit
 
