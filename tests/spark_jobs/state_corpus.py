@@ -128,6 +128,7 @@ def join(spark, landing: Path, both_sides: bool):
 def run(spark, frame, checkpoint: Path, conf: dict[str, str] | None = None) -> Run:
     """One availableNow run to a no-op sink; a refused start or a failed batch is the run's error."""
     conf = conf or {}
+    before = {key: spark.conf.get(key, None) for key in conf}  # restored after: the session is shared
     for key, value in conf.items():
         spark.conf.set(key, value)
     result = Run()
@@ -142,8 +143,11 @@ def run(spark, frame, checkpoint: Path, conf: dict[str, str] | None = None) -> R
     except Exception as exc:  # noqa: BLE001 - refused in start()
         result.error = str(exc)
     finally:
-        for key in conf:
-            spark.conf.unset(key)
+        for key, value in before.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:  # e.g. the session's 2 shuffle partitions: unset would leave Spark's 200 to later tests
+                spark.conf.set(key, value)
     return result
 
 
