@@ -1,9 +1,9 @@
 """flight_weather: one restart of the flights × weather join per daily data interval of 2013.
 
 land_flights + land_weather → the run pattern (``watermark_ops.airflow.run.watermarked_run``):
-flight_weather (spark-submit: a stream-stream left-outer join with two watermarks,
-Trigger.AvailableNow) → collect_progress (this run's batches, last watermark, drop rate and
-delay-threshold advice to XCom) + late_ledger + audit_checkpoint.
+preflight (will the restart work?) → flight_weather (spark-submit: a stream-stream left-outer join
+with two watermarks, Trigger.AvailableNow) → collect_progress (this run's batches, last watermark,
+drop rate and delay-threshold advice to XCom) + late_ledger + audit_checkpoint → state_checkpoint.
 
 The multiple-watermark policy (``min`` or ``max``) is a Param, but Spark freezes it in the
 checkpoint at the first batch: on later runs a different value is ignored and the job logs that the
@@ -19,7 +19,12 @@ import pendulum
 from airflow.sdk import CronDataIntervalTimetable, Param, dag, task
 
 from watermark_ops.airflow.run import watermarked_run
-from watermark_ops.examples.flights.settings import SPARK_JOBS_DIR, job_locations, spark_submit_env
+from watermark_ops.examples.flights.settings import (
+    SPARK_JOBS_DIR,
+    STATE_MAINTENANCE_CONF,
+    job_locations,
+    spark_submit_env,
+)
 
 JOB = "flight_weather"
 LOCATIONS = job_locations(JOB)
@@ -77,6 +82,9 @@ def flight_weather():
         conf={
             "spark.sql.shuffle.partitions": "{{ params.shuffle_partitions }}",
             "spark.ui.showConsoleProgress": "false",
+            # A join keeps four state stores per partition: compacted only if the maintenance task runs
+            # while a run holds them (settings.STATE_MAINTENANCE_CONF).
+            **STATE_MAINTENANCE_CONF,
         },
         env_vars=spark_submit_env(),
         task_ids={"submit": JOB},

@@ -1,10 +1,13 @@
 """flights_pipeline: one restart of the flight_windows streaming query per daily data interval of 2013.
 
 land (the flights that landed in the interval) → the run pattern
-(``watermark_ops.airflow.run.watermarked_run``): flight_windows (spark-submit, Trigger.AvailableNow,
-a restart of the same query from its checkpoint) → collect_progress (this run's micro-batches and
+(``watermark_ops.airflow.run.watermarked_run``): preflight (will the restart work? no_go fails here,
+nothing launched) → flight_windows (spark-submit, Trigger.AvailableNow, a restart of the same query
+from its checkpoint; the driver refuses a changed window, delay or landing folder unless the run
+accepts it: the ``accept_changes`` Param) → collect_progress (this run's micro-batches and
 last watermark to XCom) + late_ledger (every row this run's batches dropped as late, written to
-``<output>_late/batch=<N>.jsonl``, and the balance input = aggregated + late + quarantined) + audit_checkpoint (the watermark never went backwards) + windows_complete
+``<output>_late/batch=<N>.jsonl``, and the balance input = aggregated + late + quarantined) + audit_checkpoint (the watermark never went backwards) → state_checkpoint (rows in state, bounded
+by the watermark, the chain a restart replays) + windows_complete
 (the completeness gate: waits until the watermark passed the interval the run closes, then records
 it on the ``flight_windows_complete`` asset for downstream DAGs) → announce_days (one partitioned
 event on ``flight_windows_days`` per New York day the emitted-through watermark newly closed, key
@@ -37,7 +40,12 @@ from airflow.sdk import Asset, CronDataIntervalTimetable, Param, dag, task
 from watermark_ops.airflow.notifiers import WatermarkWebhookNotifier
 from watermark_ops.airflow.run import watermarked_run
 from watermark_ops.examples.flights.daily import DAY_ASSET_NAME, day_asset_uri, day_facts
-from watermark_ops.examples.flights.settings import SPARK_JOBS_DIR, job_locations, spark_submit_env
+from watermark_ops.examples.flights.settings import (
+    SPARK_JOBS_DIR,
+    STATE_MAINTENANCE_CONF,
+    job_locations,
+    spark_submit_env,
+)
 
 JOB = "flight_windows"
 LOCATIONS = job_locations(JOB)
@@ -76,6 +84,12 @@ LAUNCH = os.environ.get("WATERMARK_OPS_SPARK_LAUNCH", "submit")
             None, type=["null", "integer"], minimum=1,
             description="the file source's maxFilesPerTrigger: a run of several landed files becomes several "
                         "micro-batches (empty: all files in one)"),
+        "accept_changes": Param(
+            "", type="string",
+            description="changes of the query this run accepts on purpose, comma-separated: window_duration, "
+                        "watermark_delay (a changed delay_threshold), source_path. Spark accepts them silently with "
+                        "surprising results, so the driver refuses them unless named here (for the run that makes "
+                        "the change; the next runs compare with it)"),
         "output_mode": Param("append", enum=["append", "update"],
                              description="append: each window once, when the watermark passes its end (Parquet); "
                                          "update: windows upserted every run and revised by late rows, into "
@@ -123,8 +137,11 @@ def flights_pipeline():
         spark_trigger="{{ params.spark_trigger }}",
         max_files_per_trigger="{{ params.max_files_per_trigger }}",
         launch=LAUNCH,
+        accept_changes="{{ params.accept_changes }}",
         # Over Connect only session (SQL) confs can be set; the server's own are set where it starts.
-        conf={"spark.sql.shuffle.partitions": "{{ params.shuffle_partitions }}",
+        # The maintenance interval keeps the state compacted although each spark-submit lives seconds
+        # (settings.STATE_MAINTENANCE_CONF); the preflight gate checks these confs against the checkpoint.
+        conf={"spark.sql.shuffle.partitions": "{{ params.shuffle_partitions }}", **STATE_MAINTENANCE_CONF,
               **({"spark.ui.showConsoleProgress": "false"} if LAUNCH == "submit" else {})},
         env_vars=spark_submit_env(),
         late_sink=LOCATIONS["output"].rstrip("/") + "_late",

@@ -71,7 +71,12 @@ def test_pipeline_shape():
 
     dag = DagBag(dag_folder=str(DAGS / "flights_pipeline.py")).dags["flights_pipeline"]
     assert dag.max_active_runs == 1
-    assert dag.get_task("flight_windows").upstream_task_ids == {"land"}
+    # The restart preflight gates the launch; the state is read after the audit.
+    assert dag.get_task("preflight").upstream_task_ids == {"land"}
+    assert dag.get_task("flight_windows").upstream_task_ids == {"preflight"}
+    assert dag.get_task("state_checkpoint").upstream_task_ids == {"audit_checkpoint"}
+    # The example's state stays compacted although each spark-submit lives seconds (docs/state-and-preflight.md).
+    assert dag.get_task("flight_windows").conf["spark.sql.streaming.stateStore.maintenanceInterval"] == "1s"
     assert "flight_windows" in dag.get_task("collect_progress").upstream_task_ids
     assert dag.get_task("late_ledger").upstream_task_ids == {"flight_windows"}
     assert dag.get_task("audit_checkpoint").upstream_task_ids == {"flight_windows"}
@@ -151,6 +156,12 @@ def test_one_dag_run_end_to_end(airflow_db):
     assert xcoms[("late_ledger", "late_by_batch")] == {"0": 0, "1": 0}
     (sink_file,) = xcoms[("late_ledger", "sink_files")]
     assert sink_file.endswith("flight_windows_late/batch=0.jsonl") and Path(sink_file).read_bytes() == b""
+    # The restart gate said go (a new checkpoint); the state after the audit: one windowed aggregation,
+    # bounded by the watermark, its rows the progress log's numRowsTotal.
+    assert xcoms[("preflight", "return_value")]["verdict"] == "go"
+    (operator,) = xcoms[("state_checkpoint", "return_value")]["operators"]
+    assert operator["name"] == "stateStoreSave" and operator["bounded_by_watermark"] is True
+    assert operator["batch_ids"] == [0, 1] and operator["rows"][-1] > 0
     audit = xcoms[("audit_checkpoint", "return_value")]
     assert audit["status"] == "ok" and audit["watermark_ms"] == offsets_1["batchWatermarkMs"]
     assert [b["batch_id"] for b in audit["batches"]] == [0, 1]

@@ -5,8 +5,12 @@ Built once per test process (:func:`build_corpus`) on the shared ``spark`` fixtu
 ``watermark_ops.examples.flights.lander``). Each checkpoint is written by two availableNow runs;
 then a third hour lands and each restart case restarts a *copy* of a checkpoint for real (the
 copy damaged, or the query or the session's confs changed, exactly as the facts file lists them),
-after the preflight read the copy. Every run's ``recentProgress`` is kept, so the tests can compare
-Spark's own ``numRowsTotal`` with the rows counted from the files.
+after the preflight read the copy and the driver's start check compared the new query with it
+(:func:`watermark_ops.spark.restart.check_start`, as the launcher and ``run_queries`` call it; for a
+silent change also with that change accepted). Spark then restarts the query regardless, so that
+the tests see what Spark itself does; a restart Spark refuses is diagnosed as the drivers do it
+(:func:`watermark_ops.spark.restart.diagnose_failure`). Every run's ``recentProgress`` is kept, so
+the tests can compare Spark's own ``numRowsTotal`` with the rows counted from the files.
 
 The maintenance task: the corpus restarts Spark's state store maintenance with a 1 s interval
 (``StateStore.stop()``, then the next store load starts it with the session's
@@ -55,7 +59,8 @@ class Run:
 
 @dataclass
 class Case:
-    """A restart case: what Spark did, what the preflight said before it."""
+    """A restart case: what Spark did, what the preflight and the start check said before it, and
+    the diagnosis of Spark's refusal."""
 
     name: str
     base: str
@@ -65,6 +70,9 @@ class Case:
     verdict: str = ""
     codes: tuple[str, ...] = ()
     run: Run | None = None
+    start: Any = None  # the start check's Diagnosis when it refused the start, else None
+    start_accepted: Any = None  # a silent change: the start check's answer with the change accepted
+    diagnosis: Any = None  # Spark refused: the driver's Diagnosis of its error
 
 
 @dataclass
@@ -74,6 +82,7 @@ class Corpus:
     runs: dict[str, list[Run]] = field(default_factory=dict)  # checkpoint -> its runs, in order
     cases: dict[str, Case] = field(default_factory=dict)
     seconds: float = 0.0
+    driver_seconds: float = 0.0  # in the start checks and the diagnoses
 
 
 def _read(spark, landing: Path):
@@ -119,6 +128,7 @@ def join(spark, landing: Path, both_sides: bool):
 def run(spark, frame, checkpoint: Path, conf: dict[str, str] | None = None) -> Run:
     """One availableNow run to a no-op sink; a refused start or a failed batch is the run's error."""
     conf = conf or {}
+    before = {key: spark.conf.get(key, None) for key in conf}  # restored after: the session is shared
     for key, value in conf.items():
         spark.conf.set(key, value)
     result = Run()
@@ -133,8 +143,11 @@ def run(spark, frame, checkpoint: Path, conf: dict[str, str] | None = None) -> R
     except Exception as exc:  # noqa: BLE001 - refused in start()
         result.error = str(exc)
     finally:
-        for key in conf:
-            spark.conf.unset(key)
+        for key, value in before.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:  # e.g. the session's 2 shuffle partitions: unset would leave Spark's 200 to later tests
+                spark.conf.set(key, value)
     return result
 
 
@@ -254,7 +267,21 @@ def _cases(landing: Path, spark) -> list[tuple[str, str, str, bool, Callable[[Pa
     ]
 
 
+def start_check(frame, checkpoint: Path, accept: tuple[str, ...] = ()):
+    """The driver's start check (what the launcher and ``run_queries`` do before ``start()``): its
+    Diagnosis when it refuses, else None."""
+    from watermark_ops.spark.restart import RestartRefused, check_start
+
+    try:
+        check_start(frame, str(checkpoint), accept, query_name="corpus")
+    except RestartRefused as refused:
+        return refused.diagnosis
+    return None
+
+
 def _restarts(spark, corpus: Corpus, landing: Path) -> None:
+    from watermark_ops.spark.restart import diagnose_failure
+
     moved = landing.parent / "landing_moved"
     shutil.copytree(landing, moved)
     for name, base, spark_does, driver_only, damage, query, conf in _cases(landing, spark):
@@ -265,7 +292,17 @@ def _restarts(spark, corpus: Corpus, landing: Path) -> None:
         read = read_checkpoint(str(checkpoint))
         report = preflight(read, read_state(str(checkpoint), checkpoint=read, progress_records=()), conf, "4.2.0")
         case.verdict, case.codes = report.verdict, tuple(f.code for f in report.findings)
-        case.run = run(spark, query(spark), checkpoint, conf)
+        frame = query(spark)
+        started = time.monotonic()
+        case.start = start_check(frame, checkpoint)
+        if spark_does == "silent":
+            case.start_accepted = start_check(frame, checkpoint, (name.removesuffix("_changed"),))
+        corpus.driver_seconds += time.monotonic() - started
+        case.run = run(spark, frame, checkpoint, conf)
+        if case.run.refused:
+            started = time.monotonic()
+            case.diagnosis = diagnose_failure(RuntimeError(case.run.error), str(checkpoint), query_name="corpus")
+            corpus.driver_seconds += time.monotonic() - started
         corpus.cases[name] = case
         if not case.run.refused:
             corpus.runs[f"case:{name}"] = [*corpus.runs[base], case.run]

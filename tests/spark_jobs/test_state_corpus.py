@@ -4,10 +4,13 @@ restart preflight against real PySpark 4.2 checkpoints and real restarts (``stat
 * State rows counted from the files equal Spark's ``numRowsTotal`` in every batch of every run,
   for both providers, RocksDB changelogs, checkpoint format version 2, snapshots, a join and a
   dedup.
-* Every restart Spark refused was predicted ``no_go`` by the preflight, except those only the
-  driver can tell (the new query is not in the files: :data:`DRIVER_ONLY`, a later wave's start
-  check); every conf Spark ignored is a ``warn`` naming the value that applies; every restart
-  that worked unchanged is a ``go``.
+* Every restart Spark refused was predicted ``no_go`` by the preflight, or, when only the driver
+  can tell (the new query is not in the files: :data:`DRIVER_ONLY`), refused by the driver's start
+  check before Spark started it, or diagnosed from Spark's error (a changed value schema); every
+  refusal is diagnosed in one line naming the file (the diagnosis the drivers write beside the
+  checkpoint). Every silent change is refused at start unless the run accepts it, and accepted it
+  runs. Every conf Spark ignored is a ``warn`` naming the value that applies; every restart that
+  worked unchanged is a ``go`` and passes the start check.
 """
 
 from __future__ import annotations
@@ -34,11 +37,13 @@ DRIVER_ONLY = {"key_schema_changed", "value_schema_changed", "operator_removed",
 @pytest.fixture(scope="module")
 def corpus(spark, tmp_path_factory):
     built = build_corpus(spark, tmp_path_factory.mktemp("state_corpus"))
-    print(f"\nstate corpus: {len(built.builds)} checkpoints, {len(built.cases)} restarts in {built.seconds:.1f} s")
+    print(f"\nstate corpus: {len(built.builds)} checkpoints, {len(built.cases)} restarts in {built.seconds:.1f} s "
+          f"({built.driver_seconds:.1f} s in the start checks and diagnoses)")
     for case in built.cases.values():
         classes = sorted(set(re.findall(r"\b[A-Z][A-Z_]{5,}(?:\.[A-Z_]+)?\b", case.run.error or "")))
         print(f"  {case.name:28} spark {'refused' if case.run.refused else 'ran':8} preflight {case.verdict:6} "
-              f"{','.join(case.codes):28} {' '.join(classes)}")
+              f"{','.join(case.codes):28} start {case.start.code if case.start else 'go':24} "
+              f"diagnosis {case.diagnosis.code if case.diagnosis else '-':26} {' '.join(classes)}")
     return built
 
 
@@ -108,13 +113,74 @@ def test_state_findings_on_the_corpus(corpus):
     assert "state_growing" not in codes("dedupe_no_watermark", growing_batches=2)
 
 
-def test_every_refused_restart_was_predicted_unless_only_the_driver_can_tell(corpus):
+#: What the driver's start check says of each case only the driver can tell (None: it lets it start).
+START_REFUSALS = {"key_schema_changed": "key_schema_changed", "value_schema_changed": None,
+                  "operator_removed": "operators_changed", "second_source": "source_count_changed",
+                  "window_duration_changed": "window_duration_changed",
+                  "watermark_delay_changed": "watermark_delay_changed", "source_path_changed": "source_path_changed"}
+#: The diagnosis of each restart Spark refused: its code, and the file it names (relative to the checkpoint).
+DIAGNOSES = {
+    "metadata_missing": ("metadata_missing", "metadata"),
+    "offsets_hole": ("offsets_hole", "offsets/2"),
+    "state_file_missing": ("state_file_missing", "state/0/1/2.delta"),
+    "state_file_truncated": ("state_file_truncated", "state/0/0/4.delta"),
+    "key_schema_changed": ("key_schema_changed", "state/0/0/_metadata/schema"),
+    "value_schema_changed": ("value_schema_changed", "state/0/0/_metadata/schema"),
+    "operator_removed": ("operators_changed", "state/0/_metadata/metadata"),
+    "second_source": ("source_count_changed", "offsets/3"),
+    "format_v2_with_hdfs": ("state_format_v2_with_hdfs", "state/0"),
+    "rocksdb_zip_missing": ("state_file_missing", None),
+    "changelog_truncated": ("state_file_truncated", None),
+}
+
+
+def test_every_refused_restart_was_predicted_or_refused_at_start_or_diagnosed(corpus):
     refused = {name for name, case in corpus.cases.items() if case.run.refused}
     expected = {name for name, case in corpus.cases.items() if case.spark == "refused"}
     assert refused == expected, {n: corpus.cases[n].run.error[:300] for n in refused ^ expected if corpus.cases[n].run.error}
     for name in refused - DRIVER_ONLY:
         assert corpus.cases[name].verdict == "no_go", (name, corpus.cases[name].codes)
     assert refused & DRIVER_ONLY == {"key_schema_changed", "value_schema_changed", "operator_removed", "second_source"}
+    # What the files cannot tell, the driver's start check does, before Spark starts the query.
+    for name, code in START_REFUSALS.items():
+        case = corpus.cases[name]
+        assert (case.start.code if case.start else None) == code, (name, case.start and case.start.line)
+    # Nothing the preflight or the start check let through was refused without a diagnosis.
+    for name in refused:
+        case = corpus.cases[name]
+        assert case.verdict == "no_go" or case.start is not None or case.diagnosis is not None, name
+        assert case.diagnosis is not None, (name, case.run.error[:500])
+
+
+def test_every_spark_refusal_is_one_line_naming_the_file_and_the_recipe(corpus):
+    from watermark_ops.core.state.diagnosis import read_diagnosis
+
+    for name, (code, file) in DIAGNOSES.items():
+        case = corpus.cases[name]
+        diagnosis = case.diagnosis
+        assert diagnosis.code == code and diagnosis.refused_by == "spark", (name, diagnosis.line)
+        if file is not None:
+            assert diagnosis.file.removeprefix("file:") == str(case.checkpoint / file), (name, diagnosis.file)
+        assert "\n" not in diagnosis.line and "What to do: " in diagnosis.line and str(case.checkpoint) in diagnosis.line
+        assert "Exception" not in diagnosis.line and "at org.apache" not in diagnosis.line  # no stack trace
+        # the same diagnosis beside the checkpoint, for the UI
+        assert read_diagnosis(str(case.checkpoint)) == diagnosis
+    assert "lz4 end block" in corpus.cases["state_file_truncated"].diagnosis.message  # Spark's own says "EOF"
+
+
+def test_every_silent_change_is_refused_at_start_unless_accepted_and_then_runs(corpus):
+    silent = {name for name, case in corpus.cases.items() if case.spark == "silent"}
+    assert silent == {"window_duration_changed", "watermark_delay_changed", "source_path_changed"}
+    for name in silent:
+        case = corpus.cases[name]
+        assert case.start is not None and case.start.refused_by == "watermark-ops", name
+        assert case.start.file and "What to do: " in case.start.line and "accept_changes=" in case.start.line
+        assert case.start_accepted is None, (name, case.start_accepted and case.start_accepted.line)
+        assert not case.run.refused  # accepted, Spark runs it (silently, as the facts say)
+    assert corpus.cases["window_duration_changed"].start.file.endswith(".delta")  # the decoded state key
+    assert "30 minutes" in corpus.cases["window_duration_changed"].start.message
+    assert "20 minutes" in corpus.cases["window_duration_changed"].start.message
+    assert corpus.cases["source_path_changed"].start.file.endswith("sources/0/1")
 
 
 def test_preflight_names_the_reason_spark_refused(corpus):
@@ -151,6 +217,9 @@ def test_every_restart_that_works_unchanged_is_a_go(corpus):
         case = corpus.cases[name]
         assert not case.run.refused and case.verdict == "go", (name, case.codes, case.run.error)
     assert corpus.cases["head_commit_missing"].codes == ("in_flight_batch",)
+    # the start check lets every unchanged query start, whatever the files' damage or the confs
+    passed = {name for name, case in corpus.cases.items() if case.start is None}
+    assert passed == set(corpus.cases) - {n for n, code in START_REFUSALS.items() if code}
 
 
 def test_the_cli_on_a_corpus_checkpoint_from_the_files_alone(corpus, capsys):

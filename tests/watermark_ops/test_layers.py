@@ -28,7 +28,7 @@ ALLOWED = {
     "cli": {"core", "render", "airflow", "state_cli"},
     "state_cli": {"core", "render", "render_state"},  # the state and preflight subcommands
     "__main__": {"cli"},
-    "airflow": {"core", "render", "render_html"},
+    "airflow": {"core", "render", "render_html", "render_state"},  # render_state: the run pattern's state/preflight XComs
     "spark": {"core"},  # the driver side of a user's job (pyspark); nothing else imports it
     "examples": {"core"},
     "__init__": {"core"},

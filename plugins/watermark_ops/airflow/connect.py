@@ -17,7 +17,10 @@ Supervision, as spark-submit's but for a server that outlives the client:
   (exit 3) and, on one server, by Spark itself (the server runs with
   ``spark.sql.streaming.stopActiveRunOnRestart=false``);
 * exit 4: client and server are different Spark releases; exit 5: the server is down or was
-  restarted mid-run (the checkpoint is left restartable). Each fails the task with its own message.
+  restarted mid-run (the checkpoint is left restartable); exit 7: the restart was refused (by the
+  driver's start check, or by Spark): the task fails without retries with the driver's one-line
+  diagnosis (read beside the checkpoint, else the driver's last "refused" line). Each fails the task
+  with its own message.
 
 The job's own modules are imported by the client process (its folder is on ``sys.path``); the
 interpreter defaults to the worker's own (``sys.executable``), which must have pyspark-client
@@ -31,6 +34,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from typing import Any, Sequence
 
 from airflow.sdk import BaseOperator
@@ -45,7 +49,10 @@ _EXIT_MESSAGES = {
        "run re-runs the batch in flight",
     6: "the run's queries finished but its batches could not be replayed through the job's pre-watermark function "
        "(see the log above): the ledger names them as not replayed",
+    7: "the restart was refused (the driver's start check, or Spark): see the driver's last ERROR line",
 }
+#: The exit status of a refused restart (``watermark_ops.spark.exits.EXIT_RESTART_REFUSED``).
+_EXIT_REFUSED = 7
 
 
 class SparkConnectRunOperator(BaseOperator):
@@ -58,16 +65,21 @@ class SparkConnectRunOperator(BaseOperator):
     :param env_vars: the driver's environment on top of the worker's (templated).
     :param python: the interpreter that runs the client (default: the worker's).
     :param stop_timeout: seconds to wait for the server while stopping a dead driver's queries.
+    :param diagnosis_checkpoints: the checkpoints of the job's queries (templated): where a refused
+        restart's diagnosis is read.
+    :param checkpoint_conn_id: the Airflow connection to read them with (object storage).
     :return: (XCom) ``{"url", "session_id", "returncode"}``.
-    :raises airflow.exceptions.AirflowException: for a non-zero exit, with the meaning of exit 3/4/5.
+    :raises airflow.exceptions.AirflowException: for a non-zero exit, with the meaning of exit 3/4/5;
+        ``AirflowFailException`` (no retries) with the diagnosis line for exit 7.
     """
 
-    template_fields: Sequence[str] = ("application_args", "conf", "env_vars")
+    template_fields: Sequence[str] = ("application_args", "conf", "env_vars", "diagnosis_checkpoints")
     ui_color = "#e4f0e8"
 
     def __init__(self, *, application: str, application_args: Sequence[str] = (),
                  conn_id: str = "spark_connect_default", conf: dict[str, Any] | None = None,
                  env_vars: dict[str, Any] | None = None, python: str | None = None, stop_timeout: float = 30.0,
+                 diagnosis_checkpoints: Sequence[str] = (), checkpoint_conn_id: str | None = None,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.application = application
@@ -77,6 +89,8 @@ class SparkConnectRunOperator(BaseOperator):
         self.env_vars = env_vars
         self.python = python
         self.stop_timeout = stop_timeout
+        self.diagnosis_checkpoints = list(diagnosis_checkpoints)
+        self.checkpoint_conn_id = checkpoint_conn_id
         self._process: subprocess.Popen | None = None
         self._url: str | None = None
         self._session_id: str | None = None
@@ -106,6 +120,8 @@ class SparkConnectRunOperator(BaseOperator):
 
         self._url = SparkConnectHook(conn_id=self.conn_id).get_connection_url()
         self._session_id = new_session_id()
+        started = int(time.time() * 1000)
+        refusal = None
         env = {**os.environ, **{k: str(v) for k, v in (self.env_vars or {}).items()}}
         self.log.info("running %s on Spark Connect %s (session %s)", self.application, self._url, self._session_id)
         self._process = subprocess.Popen(self.command(self._url, self._session_id), stdout=subprocess.PIPE,
@@ -114,6 +130,8 @@ class SparkConnectRunOperator(BaseOperator):
         try:
             for line in self._process.stdout:
                 self.log.info("%s", line.rstrip())
+                if " refused by " in line and "restart of " in line:
+                    refusal = line[line.find("restart of "):].rstrip()
             code = self._process.wait()
         except BaseException:  # timeout, kill, anything: no driver and no query may outlive the task
             self._terminate()
@@ -124,6 +142,16 @@ class SparkConnectRunOperator(BaseOperator):
             # A driver that failed may have left a query running (e.g. killed by a signal): stop it.
             if code < 0 or code not in _EXIT_MESSAGES:
                 self._stop_queries()
+            if code == _EXIT_REFUSED:
+                from airflow.sdk.exceptions import AirflowFailException
+
+                from watermark_ops.airflow.restart import refused_line
+
+                line = refused_line(self.diagnosis_checkpoints, self.checkpoint_conn_id, context.get("run_id"),
+                                    started) or refusal
+                if line:
+                    self.log.error("%s", line)
+                    raise AirflowFailException(line)
             raise AirflowException(f"{self.application} on {self._url} exited with status {code}: "
                                    f"{_EXIT_MESSAGES.get(code, 'the streaming query failed (see the log above)')}")
         return {"url": self._url, "session_id": self._session_id, "returncode": code}

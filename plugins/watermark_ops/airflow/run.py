@@ -1,16 +1,20 @@
 """The run pattern: one scheduled, restartable run of a watermarked Spark job, as one TaskGroup.
 
 What every DAG that runs a Structured Streaming job as ``availableNow`` (or ``once``) restarts
-needs after its Spark run, wired once::
+needs before and after its Spark run, wired once::
 
+    preflight              will the restart work? go / warn / no_go (``airflow.restart.preflight_gate``):
+      │                    no_go fails here, with the reason, the file and the recipe: nothing launched
     submit (SparkSubmitOperator, or with launch="connect" SparkConnectRunOperator on a Spark Connect
-            server: the job, --checkpoint, --trigger, --run-tag {{ run_id }})
+            server: the job, --checkpoint, --trigger, --run-tag {{ run_id }}); a restart the driver's
+            start check or Spark refused fails it with the driver's one-line diagnosis
       ├─▶ collect_progress   this run's micro-batches, last watermark, quarantined rows, lateness advice
       ├─▶ late_ledger        every row this run's batches dropped as late, and the balance
       │                      rows in = aggregated + late + quarantined   (``core.ledger.reconcile_run``)
       │      └─▶ check_run  fails a run that set aside most of its rows, or aggregated none, naming
       │                     the top reason and one example record (``core.ledger.quarantine_check``)
       ├─▶ audit_checkpoint   the watermark never went backwards (``WatermarkAuditOperator``)
+      │      └─▶ state_checkpoint  rows per stateful operator, watermark bound, chain, state findings
       └─▶ complete           optional completeness gate (``WatermarkReachedSensor``) ─┐
                              late_ledger ─────────────────────────────────────────────┴─▶ announce
                              optional: one partitioned asset event per closed partition
@@ -44,10 +48,10 @@ import os
 from datetime import timedelta
 from typing import Any, Callable, Sequence
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Asset, TaskGroup, task
 
 from watermark_ops.airflow.operators import WatermarkAuditOperator
+from watermark_ops.airflow.restart import DiagnosedSparkSubmitOperator
 from watermark_ops.airflow.partitions import WatermarkPartitionsOperator
 from watermark_ops.airflow.registry import CHECKPOINT_REGISTRY
 from watermark_ops.airflow.sensors import WatermarkReachedSensor
@@ -56,11 +60,13 @@ __all__ = ["DEFAULT_TASK_IDS", "LAUNCHES", "launcher_path", "watermarked_run"]
 
 #: Task ids inside the group (prefixed with the group id unless ``prefix_group_id=False``).
 DEFAULT_TASK_IDS = {
+    "preflight": "preflight",
     "submit": "spark_submit",
     "collect": "collect_progress",
     "ledger": "late_ledger",
     "check": "check_run",
     "audit": "audit_checkpoint",
+    "state": "state_checkpoint",
     "complete": "complete",
     "announce": "announce_partitions",
 }
@@ -77,11 +83,24 @@ def launcher_path() -> str:
     return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "spark", "launch.py")
 
 
+def _accepted(accept_changes: Sequence[str] | str | None) -> str | None:
+    """The ``--accept-changes`` value: names checked now when literal (a template is checked by the driver)."""
+    if accept_changes is None or (isinstance(accept_changes, (list, tuple)) and not accept_changes):
+        return None
+    if isinstance(accept_changes, str) and "{{" in accept_changes:
+        return accept_changes
+    from watermark_ops.core.state.restart import parse_accepted
+
+    return ",".join(parse_accepted(accept_changes)) or None
+
+
 def _declarations(checkpoint: str, window: str | None, event_time: str | None, watermark_column: str | None,
                   pre_watermark: str | None, reason_column: str | None, partition_column: str | None,
-                  partitions: Sequence[str] | None, landings: list[str]) -> list[str]:
+                  partitions: Sequence[str] | None, landings: list[str], accepted: str | None = None) -> list[str]:
     """The launcher's flags (:func:`watermark_ops.spark.launch.parse_launch_args`) for the declarations."""
     args = ["--checkpoint", checkpoint, "--run-tag", "{{ run_id }}"]
+    if accepted:
+        args.append(f"--accept-changes={accepted}")
     for flag, value in (("--window", window), ("--event-time", event_time), ("--watermark-column", watermark_column),
                         ("--pre-watermark", pre_watermark), ("--reason-column", reason_column),
                         ("--partition-column", partition_column)):
@@ -130,6 +149,11 @@ def watermarked_run(
     partition_column: str | None = None,
     partitions: Sequence[str] | None = None,
     max_quarantine_rate: float = MAX_QUARANTINE_RATE,
+    preflight: bool = True,
+    spark_version: str | None = None,
+    accept_changes: Sequence[str] | str | None = None,
+    state_check: bool = True,
+    checkpoint_conn_id: str | None = None,
     task_ids: dict[str, str] | None = None,
     prefix_group_id: bool = True,
 ) -> TaskGroup:
@@ -196,11 +220,29 @@ def watermarked_run(
         station), and its values: each batch's newest event time per value is recorded (the skew).
     :param max_quarantine_rate: ``check_run`` fails a run that set aside more than this share of its
         input rows, or aggregated none of them, naming the top reason and one example record.
+    :param preflight: run the restart preflight before the launch (task ``preflight``,
+        :func:`watermark_ops.airflow.restart.preflight_gate`): ``no_go`` fails it with the reason,
+        the file and the recipe, and nothing is launched; ``warn`` passes, logged. Default on.
+    :param spark_version: the Spark release the run uses, for the preflight's log-version checks
+        (default: the worker's installed ``pyspark``, else ``pyspark-client``).
+    :param accept_changes: changes of the query that Spark accepts silently and this run accepts on
+        purpose, else the driver's start check refuses the run (exit 7) before the query starts:
+        ``"window_duration"``, ``"watermark_delay"``, ``"source_path"`` (a list, or comma-separated
+        text; templated, e.g. ``"{{ params.accept_changes }}"``). Give it for the run that makes the
+        change: the next run compares with what this one started. Passed to the launcher
+        (``--accept-changes``) or to a helpers job (``--accept-changes``, read by ``execute``).
+    :param state_check: read the state after the audit (task ``state_checkpoint``,
+        :func:`watermark_ops.airflow.restart.state_check`): rows per operator, watermark bound,
+        chain; its findings are warnings, never a failure. Default on.
+    :param checkpoint_conn_id: the Airflow connection the preflight, the audit, the state check and
+        the submit task's diagnosis read the checkpoint with (object storage: ``s3://``, ...); None:
+        a local path, or fsspec with the worker's environment.
     :param task_ids: renames of :data:`DEFAULT_TASK_IDS` entries.
     :param prefix_group_id: prefix the task ids with ``group_id`` (Airflow's default).
     :return: the ``TaskGroup``; its roots are the submit task, its leaves the tasks after it.
     :raises ValueError: for a literal ``spark_trigger`` other than availableNow/once, a partition
-        asset without ``partition_since``, or a ``launch`` other than submit/connect.
+        asset without ``partition_since``, a ``launch`` other than submit/connect, or an
+        ``accept_changes`` name that is not a silent change.
     """
     if launch not in LAUNCHES:
         raise ValueError(f"launch must be one of {LAUNCHES}, got {launch!r}")
@@ -219,9 +261,11 @@ def watermarked_run(
         raise ValueError(f"max_quarantine_rate must be a share between 0 and 1, got {max_quarantine_rate!r}")
     ids = {**DEFAULT_TASK_IDS, **(task_ids or {})}
     landings = [str(folder) for folder in landings]
+    accepted = _accepted(accept_changes)
     if attach:
         args = [*_declarations(checkpoint, window, event_time, watermark_column, pre_watermark, reason_column,
-                               partition_column, partitions, landings), "--", application, *application_args]
+                               partition_column, partitions, landings, accepted), "--", application,
+                *application_args]
         application = launcher_path()
         if launch == "submit":  # the driver log: the job's lines and Spark's warnings, not every INFO line
             conf = {"spark.log.level": "WARN", "spark.ui.showConsoleProgress": "false", **(conf or {})}
@@ -231,7 +275,11 @@ def watermarked_run(
         if max_files_per_trigger not in (None, ""):
             # One token, so that a template rendering to nothing ("" / "None": all files) reaches the job as such.
             args.append(f"--max-files-per-trigger={max_files_per_trigger}")
+        if accepted:
+            args.append(f"--accept-changes={accepted}")
     submit_kwargs = {"execution_timeout": timedelta(minutes=30), "name": group_id, **(spark_submit_kwargs or {})}
+    # Where the driver writes a refused restart's diagnosis: each query's checkpoint the run pattern knows.
+    diagnosed = [checkpoint, quarantine_checkpoint or f"{str(checkpoint).rstrip('/')}_quarantine"]
 
     with TaskGroup(group_id, prefix_group_id=prefix_group_id) as group:
         if launch == "connect":
@@ -240,13 +288,29 @@ def watermarked_run(
             submit_kwargs.pop("name", None)  # spark-submit's application name; a Connect run has none
             submit = SparkConnectRunOperator(
                 task_id=ids["submit"], application=application, application_args=args, conn_id=connect_conn_id,
-                conf=conf, env_vars=env_vars, **submit_kwargs,
+                conf=conf, env_vars=env_vars, diagnosis_checkpoints=diagnosed, checkpoint_conn_id=checkpoint_conn_id,
+                **submit_kwargs,
             )
         else:
-            submit = SparkSubmitOperator(
+            submit = DiagnosedSparkSubmitOperator(
                 task_id=ids["submit"], application=application, application_args=args, conn_id=conn_id,
-                py_files=py_files, conf=conf, env_vars=env_vars, **submit_kwargs,
+                py_files=py_files, conf=conf, env_vars=env_vars, diagnosis_checkpoints=diagnosed,
+                checkpoint_conn_id=checkpoint_conn_id, **submit_kwargs,
             )
+
+        if preflight:
+            @task(task_id=ids["preflight"], retries=0)
+            def preflight_task(checkpoint: str, conf: dict | None) -> dict:
+                """Will the restart work? go / warn / no_go, with the reason, the file and the recipe; no_go
+                fails here and nothing is launched (``watermark_ops.airflow.restart.preflight_gate``)."""
+                from airflow.sdk import get_current_context
+
+                from watermark_ops.airflow.restart import preflight_gate
+
+                return preflight_gate(checkpoint, conf, spark_version, conn_id=checkpoint_conn_id,
+                                      context=get_current_context())
+
+            preflight_task(checkpoint, conf) >> submit
 
         # The locations reach the task functions as arguments, so Airflow renders them (templated).
         @task(task_id=ids["collect"], multiple_outputs=True)
@@ -294,10 +358,22 @@ def watermarked_run(
             return {"rows_in": run.get("rows_in"), "rows_quarantined": run.get("rows_quarantined"),
                     "quarantine_rate": run.get("quarantine_rate"), "max_quarantine_rate": max_quarantine_rate}
 
-        audit = WatermarkAuditOperator(task_id=ids["audit"], checkpoint=checkpoint)
+        audit = WatermarkAuditOperator(task_id=ids["audit"], checkpoint=checkpoint, conn_id=checkpoint_conn_id)
         ledger = late_ledger(checkpoint, quarantine_checkpoint, landings, late_sink)
         check_run(ledger)
         submit >> [collect_progress(checkpoint, quarantine_checkpoint, landings), ledger, audit]
+
+        if state_check:
+            @task(task_id=ids["state"])
+            def state_checkpoint(checkpoint: str) -> dict:
+                """The state after the run: rows per stateful operator and batch, whether a watermark bounds
+                it, the chain a restart replays, and the state findings (warnings in the log, never a
+                failure: ``watermark_ops.airflow.restart.state_check``)."""
+                from watermark_ops.airflow.restart import state_check
+
+                return state_check(checkpoint, conn_id=checkpoint_conn_id)
+
+            audit >> state_checkpoint(checkpoint)
 
         gate = None
         if complete_target is not None:

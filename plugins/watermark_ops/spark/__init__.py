@@ -33,7 +33,8 @@ The pieces, one concept per module: the session (:mod:`~watermark_ops.spark.sess
 trigger and what a restart owes (:mod:`~watermark_ops.spark.trigger`), the progress log and its
 recorder (:mod:`~watermark_ops.spark.recorder`, the log's shape there), the one-driver-per-checkpoint
 lock (:mod:`~watermark_ops.spark.lock`), the exit path that survives a killed launcher
-(:mod:`~watermark_ops.spark.exits`), Spark Connect (:mod:`~watermark_ops.spark.connect`).
+(:mod:`~watermark_ops.spark.exits`), Spark Connect (:mod:`~watermark_ops.spark.connect`), the start
+check and the diagnosis of a refused restart (:mod:`~watermark_ops.spark.restart`).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from watermark_ops.core.ledger.rule import interval_ms, late_rule, schema_kinds
 from watermark_ops.spark.driver import add_run_arguments, execute, run_queries
 from watermark_ops.spark.exits import (
     EXIT_CHECKPOINT_IN_USE,
+    EXIT_RESTART_REFUSED,
     EXIT_SERVER_LOST,
     EXIT_VERSION_MISMATCH,
     exit_process,
@@ -57,6 +59,7 @@ from watermark_ops.spark.recorder import (
     observe_partition_event_times,
     progress_record,
 )
+from watermark_ops.spark.restart import RestartRefused, check_start, diagnose_failure
 from watermark_ops.spark.session import build_session
 from watermark_ops.spark.trigger import (
     FROZEN_CONFS,
@@ -73,6 +76,7 @@ from watermark_ops.core.ledger.rule import ALLOW_MULTIPLE_CONF
 __all__ = [
     "ALLOW_MULTIPLE_CONF",
     "EXIT_CHECKPOINT_IN_USE",
+    "EXIT_RESTART_REFUSED",
     "EXIT_SERVER_LOST",
     "EXIT_VERSION_MISMATCH",
     "FROZEN_CONFS",
@@ -82,12 +86,15 @@ __all__ = [
     "SPARK_TRIGGERS",
     "CheckpointInUse",
     "ProgressRecorder",
+    "RestartRefused",
     "add_run_arguments",
     "apply_spark_trigger",
     "build_session",
+    "check_start",
     "checkpoint_lock",
     "checkpoint_watermark_policy",
     "classified_json_stream",
+    "diagnose_failure",
     "execute",
     "exit_process",
     "exit_with_launcher",

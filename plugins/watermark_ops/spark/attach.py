@@ -13,7 +13,10 @@ Connect classes alike (over Connect the client *is* Python, so this works there 
   column is declared, the per-partition event times observed before it: a pass-through ``observe``);
 * ``DataStreamWriter.option/options/queryName/trigger`` and ``start/toTable``: each query's
   checkpoint location, name and Spark trigger; the checkpoint's lock is taken before the query
-  starts (one driver per checkpoint, :mod:`watermark_ops.spark.lock`) and the query is registered
+  starts (one driver per checkpoint, :mod:`watermark_ops.spark.lock`), the query is checked against
+  what its checkpoint holds (:func:`watermark_ops.spark.restart.check_start`: a change the run does
+  not accept raises :class:`~watermark_ops.spark.restart.RestartRefused`, the query is not
+  started; what it starts with is recorded as ``started_with``) and registered
   with the progress recorder (:class:`watermark_ops.spark.recorder.ProgressRecorder`: a listener on
   a classic session; over Connect the waits below poll instead);
 * ``StreamingQuery.awaitTermination`` / ``StreamingQueryManager.awaitAnyTermination``: over Connect,
@@ -38,6 +41,7 @@ from urllib.parse import unquote, urlsplit
 from watermark_ops.core.progress import progress_log_path
 from watermark_ops.spark.lock import checkpoint_lock
 from watermark_ops.spark.recorder import POLL_SECONDS, ProgressRecorder, observe_partition_event_times
+from watermark_ops.spark.restart import check_start
 
 log = logging.getLogger("watermark_ops.spark")
 
@@ -85,12 +89,14 @@ class Source:
 
 @dataclass
 class StartedQuery:
-    """A query the script started: ``query`` (a ``StreamingQuery``), its checkpoint, name and trigger."""
+    """A query the script started: ``query`` (a ``StreamingQuery``), its checkpoint, name and trigger,
+    and what it started with (its start check's ``QueryShape.to_dict()``, None when not checked)."""
 
     query: Any
     checkpoint: str | None
     name: str | None
     spark_trigger: str | None
+    started_with: dict[str, Any] | None = None
 
 
 @dataclass
@@ -104,6 +110,8 @@ class Attachment:
     :param on_takeover: called with a dead holder's lock record when a lock is taken over.
     :param partition: ``(column, values)``: observe each batch's newest event time per value before
         the watermark (:func:`~watermark_ops.spark.recorder.observe_partition_event_times`), or None.
+    :param accept_changes: the silent changes of the script's queries this run accepts
+        (``window_duration``, ``watermark_delay``, ``source_path``).
     """
 
     run_tag: str | None
@@ -111,6 +119,7 @@ class Attachment:
     lock_holder: dict[str, Any] | None = None
     on_takeover: Callable[[dict[str, Any]], None] | None = None
     partition: tuple[str, tuple[str, ...]] | None = None
+    accept_changes: tuple[str, ...] = ()
     sources: list[Source] = field(default_factory=list)
     watermarks: list[tuple[str, str]] = field(default_factory=list)
     queries: list[StartedQuery] = field(default_factory=list)
@@ -277,12 +286,17 @@ class Attachment:
                 if checkpoint is None and spark is not None and name:
                     root = spark.conf.get(_CHECKPOINT_CONF, None)
                     checkpoint = f"{root.rstrip('/')}/{name}" if root else None
+                shape = None
                 if checkpoint is not None:
                     self.lock(checkpoint)  # CheckpointInUse: nothing is started
+                    # RestartRefused: nothing is started
+                    shape = check_start(_frame_of(writer), checkpoint, self.accept_changes, query_name=name,
+                                        run_tag=self.run_tag).starting
                 else:
                     log.warning("query %s has no checkpointLocation the launcher can see: it is not recorded", name)
                 query = original(writer, *args, **kwargs)
-                started = StartedQuery(query, checkpoint, name, state["trigger"])
+                started = StartedQuery(query, checkpoint, name, state["trigger"],
+                                       shape.to_dict() if shape is not None else None)
                 self.queries.append(started)
                 if checkpoint is not None:
                     self._register(spark, started)
@@ -299,7 +313,8 @@ class Attachment:
                                              listen=not is_connect_session(spark))
         rules = self.late_rules
         self.recorder.register(started.query, progress_log_path(started.checkpoint),
-                               lambda progress: rules(started, progress), spark_trigger=started.spark_trigger)
+                               lambda progress: rules(started, progress), spark_trigger=started.spark_trigger,
+                               started_with=started.started_with)
 
     def _await_termination(self, original: Any) -> Any:
         def wrapper(query, timeout=None):
@@ -339,6 +354,17 @@ def _trigger_name(kwargs: dict[str, Any]) -> str | None:
         if kwargs.get(name) not in (None, False):
             return name
     return None
+
+
+def _frame_of(writer: Any) -> Any:
+    """The streaming DataFrame a ``DataStreamWriter`` writes: classic ``_df``; over Spark Connect a
+    DataFrame of the writer's input plan (``WriteStreamOperation``'s child)."""
+    frame = writer.__dict__.get("_df")
+    if frame is not None:
+        return frame
+    from pyspark.sql.connect.dataframe import DataFrame
+
+    return DataFrame(writer._write_stream._child, writer._session)
 
 
 def _session_of(writer: Any) -> Any:

@@ -19,8 +19,8 @@ from typing import Callable
 
 from watermark_ops.spark.session import quiet_py4j
 
-__all__ = ["EXIT_CHECKPOINT_IN_USE", "EXIT_SERVER_LOST", "EXIT_VERSION_MISMATCH", "exit_process",
-           "exit_with_launcher", "run_driver"]
+__all__ = ["EXIT_CHECKPOINT_IN_USE", "EXIT_RESTART_REFUSED", "EXIT_SERVER_LOST", "EXIT_VERSION_MISMATCH",
+           "exit_process", "exit_with_launcher", "run_driver"]
 
 #: The exit status of a driver that refused to start: another driver holds the checkpoint.
 EXIT_CHECKPOINT_IN_USE = 3
@@ -29,6 +29,11 @@ EXIT_VERSION_MISMATCH = 4
 #: The exit status of a Connect driver that lost (or never reached) its server: the checkpoint is
 #: left as Spark left it (a batch in flight is re-run by the next run).
 EXIT_SERVER_LOST = 5
+#: The exit status of a driver whose restart was refused: by its start check (a change of the query
+#: the run did not accept; nothing started) or by Spark (a refusal the driver diagnosed). The last
+#: ERROR line of its log, and ``<checkpoint>.diagnosis.json``, say what, which file, what to do.
+#: (6 is the launcher's: the run's batches could not be replayed.)
+EXIT_RESTART_REFUSED = 7
 
 
 def run_driver(main: Callable[[], int]) -> None:

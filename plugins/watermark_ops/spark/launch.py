@@ -17,8 +17,14 @@ operator as the application):
 2. attaches the recorder (:class:`watermark_ops.spark.attach.Attachment`) and runs the script as
    ``__main__`` (as ``runpy.run_path`` does: the script's folder first on ``sys.path``, ``sys.argv``
    its own; its globals kept, so its pre-watermark function is taken from the run, not re-imported);
+   Before each query starts, its start check (:func:`watermark_ops.spark.restart.check_start`)
+   compares it with what its checkpoint holds: a changed window duration, watermark delay or
+   source path that the run does not accept (``--accept-changes``), or a change Spark would refuse,
+   stops the run before the query starts (exit 7, ``EXIT_RESTART_REFUSED``);
 3. waits for the queries it started, records their last batches (progress log beside each
-   checkpoint, with the declared late rule on the declared checkpoint's query);
+   checkpoint, with the declared late rule on the declared checkpoint's query); a query that
+   Spark refused to restart ends the run with exit 7 and its diagnosis
+   (``<checkpoint>.diagnosis.json``); the diagnosis line is the driver log's last ERROR line;
 4. with a declared pre-watermark function (``--pre-watermark module:function``), replays each of
    the run's batches in Spark through it (:mod:`watermark_ops.spark.replay`): the exact late rows
    of the job's own parsing, any file format (exit 6 when that replay fails: the run's data is
@@ -72,6 +78,9 @@ def parse_launch_args(argv: list[str]) -> tuple[argparse.Namespace, str, list[st
     parser.add_argument("--landing", help="the query's landing folder (chooses among several sources; an owed "
                                           "trailing batch is run with an empty file landed there)")
     parser.add_argument("--master", help="the Spark master when the job's builder and spark-submit set none")
+    parser.add_argument("--accept-changes", default="", metavar="NAME[,NAME]",
+                        help="changes of the job's queries that Spark accepts silently and this run accepts on purpose "
+                             "(window_duration, watermark_delay, source_path): else the start check refuses them")
     parser.add_argument("--remote", metavar="URL", help="run on this Spark Connect server (sc://host:port)")
     parser.add_argument("--session-id", metavar="UUID", help="with --remote: the server-side session to use")
     parser.add_argument("--conf", dest="spark_conf", action="append", default=[], metavar="KEY=VALUE",
@@ -85,6 +94,12 @@ def parse_launch_args(argv: list[str]) -> tuple[argparse.Namespace, str, list[st
         parser.error("expected the job script after '--'")
     if args.partition_column and not args.partitions:
         parser.error("--partition-column needs --partitions (the values to keep apart)")
+    from watermark_ops.core.state.restart import parse_accepted
+
+    try:
+        args.accept_changes = parse_accepted(args.accept_changes)
+    except ValueError as exc:
+        parser.error(f"--accept-changes: {exc}")
     return args, rest[0], rest[1:]
 
 
@@ -92,8 +107,14 @@ def main(argv: list[str] | None = None) -> int:
     """Run the launcher (module docstring); returns the exit status."""
     from watermark_ops.spark.attach import Attachment
     from watermark_ops.spark.driver import stop_orphans
-    from watermark_ops.spark.exits import EXIT_CHECKPOINT_IN_USE, EXIT_SERVER_LOST, EXIT_VERSION_MISMATCH
+    from watermark_ops.spark.exits import (
+        EXIT_CHECKPOINT_IN_USE,
+        EXIT_RESTART_REFUSED,
+        EXIT_SERVER_LOST,
+        EXIT_VERSION_MISMATCH,
+    )
     from watermark_ops.spark.lock import CheckpointInUse
+    from watermark_ops.spark.restart import RestartRefused, clear_diagnosis
     from watermark_ops.spark.session import remote_session, server_lost, stop_session
 
     args, script, script_args = parse_launch_args(list(sys.argv[1:] if argv is None else argv))
@@ -123,8 +144,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.partition_column else None
     attachment = Attachment(args.run_tag, lambda started, progress: _late_rule(args, attachment, started, progress),
                             lock_holder={"spark_connect": remote} if remote else None, on_takeover=stop_orphans,
-                            partition=partition)
+                            partition=partition, accept_changes=args.accept_changes)
     code = 0
+    refused = None
     try:
         if args.checkpoint:
             attachment.lock(args.checkpoint)
@@ -138,9 +160,18 @@ def main(argv: list[str] | None = None) -> int:
         code = _finish_queries(attachment, failed=code != 0) or code
         if code == 0 and args.pre_watermark:
             code = _replay(args, attachment, script, namespace)
+        if code == 0:
+            for started in attachment.queries:
+                clear_diagnosis(started.checkpoint)  # this run finished: an earlier refusal no longer holds
     except CheckpointInUse as exc:
         log.error("not started: %s", exc)
         return EXIT_CHECKPOINT_IN_USE
+    except RestartRefused as exc:
+        refused = exc.diagnosis
+        if refused.spark_error:
+            log.warning("Spark's error: %s", refused.spark_error)
+        _stop_started(attachment)
+        return EXIT_RESTART_REFUSED
     except Exception as exc:  # noqa: BLE001 - reported; the exit status says what happened
         if remote and server_lost(exc):
             log.error("the Spark Connect server %s was lost during the run (down or restarted): %s. The checkpoint "
@@ -153,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
         session = attachment.spark or session
         if session is not None:
             stop_session(session)
+        if refused is not None:  # the last ERROR line of the driver's log: the task log ends with it
+            log.error("%s", refused.line)
     return code
 
 
@@ -161,11 +194,13 @@ def _run_script(script: str, script_args: list[str], namespace: dict[str, Any]) 
     globals kept in ``namespace`` even when it ends with ``sys.exit``; its exit status.
 
     :raises watermark_ops.spark.lock.CheckpointInUse: a query's checkpoint is held by another driver.
+    :raises watermark_ops.spark.restart.RestartRefused: a query's start check refused its restart.
     """
     import builtins
     import types
 
     from watermark_ops.spark.lock import CheckpointInUse
+    from watermark_ops.spark.restart import RestartRefused
 
     module = types.ModuleType("__main__")
     module.__dict__.update({"__file__": script, "__builtins__": builtins, "__loader__": None, "__spec__": None,
@@ -181,7 +216,7 @@ def _run_script(script: str, script_args: list[str], namespace: dict[str, Any]) 
             return exc.code or 0
         print(exc.code, file=sys.stderr)
         return 1
-    except CheckpointInUse:
+    except (CheckpointInUse, RestartRefused):
         raise
     except Exception:
         traceback.print_exc()
@@ -199,10 +234,14 @@ def _finish_queries(attachment, failed: bool) -> int:
     other trigger, or any query of a failed script, is stopped), then record their last batches.
 
     :return: 1 when a query ended with an exception, else 0.
+    :raises watermark_ops.spark.restart.RestartRefused: when Spark refused a query's restart (after
+        every query was waited for and recorded); its diagnosis is beside the checkpoint.
     """
     from watermark_ops.spark.recorder import POLL_SECONDS
+    from watermark_ops.spark.restart import RestartRefused, diagnose_failure
 
     code = 0
+    refused = None
     recorder = attachment.recorder
     for started in attachment.queries:
         query = started.query
@@ -213,7 +252,10 @@ def _finish_queries(attachment, failed: bool) -> int:
                 if recorder is not None:
                     recorder.flush(query)
         except Exception as exc:  # noqa: BLE001 - the query's own failure: reported, the others still recorded
-            log.error("query %s (%s) failed: %s", started.name, query.id, exc)
+            diagnosis = diagnose_failure(exc, started.checkpoint, query_name=started.name, run_tag=attachment.run_tag)
+            if diagnosis is None:
+                log.error("query %s (%s) failed: %s", started.name, query.id, exc)
+            refused = refused or diagnosis
             code = 1
     for started in attachment.queries:
         if recorder is not None and started.checkpoint is not None:
@@ -227,7 +269,18 @@ def _finish_queries(attachment, failed: bool) -> int:
         if started.checkpoint is not None:
             log.info("query %s (%s): recorded beside %s", started.name or Path(started.checkpoint).name,
                      started.query.id, started.checkpoint)
+    if refused is not None:
+        raise RestartRefused(refused)
     return code
+
+
+def _stop_started(attachment) -> None:
+    """Stop the queries the script started before one of its queries was refused (recorded as usual)."""
+    try:
+        if any(started.query.isActive for started in attachment.queries):
+            _finish_queries(attachment, failed=True)
+    except Exception as exc:  # noqa: BLE001 - the refusal is what the run reports
+        log.warning("stopping the job's other queries after the refusal: %s", exc)
 
 
 def _main_query(args: argparse.Namespace, attachment) -> Any:

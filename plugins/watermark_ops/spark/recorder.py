@@ -28,7 +28,13 @@ appended to ``<checkpoint>.progress.jsonl`` (beside the checkpoint). One line pe
      "spark_trigger": "availableNow" | "once",
      "requested_conf": {key: value},  # what this run's session asked for, of RECORDED_CONFS
      "spark_version": str,        # the driver's pyspark version (e.g. "4.2.0"): which late-row rule applies
-     "late_rule": {...} | null}   # which rows this query drops as late, see below
+     "late_rule": {...} | null,   # which rows this query drops as late, see below
+     "started_with": {...} | null}  # what the run started: sources, stateful operators, watermarks,
+                                    # windows (watermark_ops.core.state.plan.QueryShape.to_dict)
+
+``started_with`` is the shape of the query's analyzed plan as the run started it (the driver's
+start check, :mod:`watermark_ops.spark.restart`): the next run's start check compares its own
+query with it (:mod:`watermark_ops.core.state.held`).
 
 ``late_rule`` says which rows the query's stateful operator drops as late, so that a reader of the
 checkpoint (``watermark_ops.core.ledger``) can recover every dropped row without guessing the plan.
@@ -192,9 +198,11 @@ def _input_rows(progress: dict[str, Any]) -> int:
 
 def progress_record(progress: dict[str, Any], run_tag: str | None, spark_trigger: str,
                     requested_conf: dict[str, str] | None = None,
-                    late_rule: dict[str, Any] | None = None, spark_version: str | None = None) -> dict[str, Any]:
+                    late_rule: dict[str, Any] | None = None, spark_version: str | None = None,
+                    started_with: dict[str, Any] | None = None) -> dict[str, Any]:
     """Reduce one ``StreamingQueryProgress`` JSON (a dict) to the progress-log line shape above;
     ``late_rule`` is the query's (:func:`late_rule`), None for a query without a watermark;
+    ``started_with`` what the run started (``QueryShape.to_dict()``), None when not checked;
     ``event_time_max_ms_by_partition`` comes from ``observedMetrics`` (:func:`observe_partition_event_times`)."""
     event_time = progress.get("eventTime") or {}
     operators = progress.get("stateOperators") or []
@@ -239,6 +247,7 @@ def progress_record(progress: dict[str, Any], run_tag: str | None, spark_trigger
         "requested_conf": dict(requested_conf or {}),
         "spark_version": spark_version,
         "late_rule": late_rule,
+        "started_with": started_with,
     }
 
 
@@ -286,6 +295,7 @@ class ProgressRecorder:
         self._logs: dict[str, str] = {}          # query id -> progress log location
         self._rules: dict[str, Any] = {}  # query id -> late rule, or a function of the first progress JSON
         self._triggers: dict[str, str] = {}  # query id -> its Spark trigger, when not the recorder's
+        self._started: dict[str, dict[str, Any] | None] = {}  # query id -> what it started with
         self._written: set[tuple[str, str, int]] = set()
         self._lock = threading.Lock()
         self._listener = None
@@ -295,15 +305,19 @@ class ProgressRecorder:
         """True when a listener records each batch as it completes; False: the caller polls :meth:`flush`."""
         return self._listen
 
-    def register(self, query, log_path: str, late_rule: Any = None, spark_trigger: str | None = None) -> None:
+    def register(self, query, log_path: str, late_rule: Any = None, spark_trigger: str | None = None,
+                 started_with: dict[str, Any] | None = None) -> None:
         """Record the batches of ``query`` (a ``StreamingQuery``) into ``log_path``.
 
         :param late_rule: the query's late rule (a dict), or a function that returns it from the
             query's first progress JSON (called once: the launcher matches its sources then).
         :param spark_trigger: the query's Spark trigger when it is not the recorder's own.
+        :param started_with: what the query started with (its start check's shape), recorded on
+            every batch.
         """
         self._logs[str(query.id)] = log_path
         self._rules[str(query.id)] = late_rule
+        self._started[str(query.id)] = started_with
         if spark_trigger:
             self._triggers[str(query.id)] = spark_trigger
         self._ensure_listener()
@@ -346,7 +360,8 @@ class ProgressRecorder:
                 return
             self._written.add(key)
             record = progress_record(progress, self._run_tag, self._triggers.get(query_id, self._spark_trigger),
-                                     self._requested_conf, self._rule(query_id, progress), self._spark_version)
+                                     self._requested_conf, self._rule(query_id, progress), self._spark_version,
+                                     self._started.get(query_id))
             append_json_lines(path, [record])
 
     def _rule(self, query_id: str, progress: dict[str, Any]) -> dict[str, Any] | None:
@@ -371,7 +386,8 @@ class ProgressRecorder:
         query_id = str(query.id)
         return [
             progress_record(progress, self._run_tag, self._triggers.get(query_id, self._spark_trigger),
-                            self._requested_conf, self._rule(query_id, progress), self._spark_version)
+                            self._requested_conf, self._rule(query_id, progress), self._spark_version,
+                            self._started.get(query_id))
             for progress in (json.loads(p.json) for p in query.recentProgress)
         ]
 

@@ -1,4 +1,7 @@
-"""The run pattern's wiring for an unmodified job (``attach=True``): no Spark, no DB, just the DAG it builds."""
+"""The run pattern's wiring: for an unmodified job (``attach=True``) and a helpers job, the DAG it
+builds (no Spark, no DB); the restart gate before the launch and the state check after the audit;
+and the gate for real (``dag.test()``, the session's SQLite DB): a no_go checkpoint fails the
+preflight task with the reason, the file and the recipe, and the launch never runs."""
 
 from __future__ import annotations
 
@@ -50,6 +53,81 @@ def test_a_job_written_with_the_helpers_gets_the_shared_flags():
     assert submit.application == JOB
     assert list(submit.application_args)[-6:] == ["--checkpoint", "/ck/readings", "--trigger", "availableNow",
                                                   "--run-tag", "{{ run_id }}"]
+
+
+def test_the_preflight_gates_the_launch_and_the_state_is_read_after_the_audit():
+    dag = _group(attach=True, accept_changes=["window_duration", "source_path_changed"])
+    assert dag.get_task("readings.spark_submit").upstream_task_ids == {"readings.preflight"}
+    assert dag.get_task("readings.state_checkpoint").upstream_task_ids == {"readings.audit_checkpoint"}
+    args = list(dag.get_task("readings.spark_submit").application_args)
+    assert "--accept-changes=window_duration,source_path" in args[:args.index("--")]  # to the launcher
+    submit = dag.get_task("readings.spark_submit")
+    assert submit.diagnosis_checkpoints == ["/ck/readings", "/ck/readings_quarantine"]
+    helpers = _group(accept_changes="{{ params.accept }}")
+    assert "--accept-changes={{ params.accept }}" in helpers.get_task("readings.spark_submit").application_args
+    off = _group(preflight=False, state_check=False)
+    assert "readings.preflight" not in off.task_ids and "readings.state_checkpoint" not in off.task_ids
+    with pytest.raises(ValueError, match="Spark itself refuses that restart"):
+        _group(accept_changes=["key_schema"])
+
+
+def test_the_gate_go_warn_and_no_go_and_the_state_check(tmp_path):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from tests.watermark_ops.checkpoint_fixtures import handmade_checkpoint
+    from watermark_ops.airflow.restart import preflight_gate, runtime_spark_version, state_check
+
+    new = preflight_gate(str(tmp_path / "not_yet"), {"spark.sql.shuffle.partitions": "4"})
+    assert new["verdict"] == "go" and [f["code"] for f in new["findings"]] == ["new_checkpoint"]
+    assert new["spark_version"] == runtime_spark_version() == "4.2.0"
+    handmade_checkpoint(str(tmp_path / "ok"), [(0, 10), (10, 20)])
+    warned = preflight_gate(str(tmp_path / "ok"), {"spark.sql.shuffle.partitions": "8"})
+    assert warned["verdict"] == "warn" and warned["line"].startswith("preflight warn: ")
+    assert "conf_overridden" in warned["line"] and "What to do:" in warned["line"]
+    handmade_checkpoint(str(tmp_path / "bad"), [(0, 10), (10, 20)], query_id=None)
+    with pytest.raises(AirflowFailException, match=r"^preflight no_go: .*metadata_missing.*"
+                                                   rf"\[{tmp_path / 'bad' / 'metadata'}\]\. What to do: restore"):
+        preflight_gate(str(tmp_path / "bad"))
+    document = state_check(str(tmp_path / "ok"))
+    assert (document["has_state_folder"], document["operators"], document["findings"]) == (False, [], [])
+
+
+def test_the_gate_reads_object_storage_through_the_connection(tmp_path, s3_server, aws_conn_id):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from tests.watermark_ops import object_storage_fixtures as osf
+    from tests.watermark_ops.checkpoint_fixtures import handmade_checkpoint
+    from watermark_ops.airflow.restart import preflight_gate
+
+    fs = s3_server.filesystem()
+    handmade_checkpoint(str(tmp_path / "ok"), [(0, 10), (10, 20)])
+    handmade_checkpoint(str(tmp_path / "bad"), [(0, 10), (10, 20)], query_id=None)
+    ok, bad = osf.uploaded_checkpoint(fs, tmp_path / "ok"), osf.uploaded_checkpoint(fs, tmp_path / "bad")
+    warned = preflight_gate(ok, {"spark.sql.shuffle.partitions": "8"}, conn_id=aws_conn_id)
+    local = preflight_gate(str(tmp_path / "ok"), {"spark.sql.shuffle.partitions": "8"})
+    assert warned["verdict"] == "warn" and warned["line"] == local["line"].replace(str(tmp_path / "ok"), ok)
+    with pytest.raises(AirflowFailException, match=rf"metadata_missing.*\[{bad}/metadata\]"):
+        preflight_gate(bad, conn_id=aws_conn_id)
+
+
+def test_a_no_go_checkpoint_fails_the_preflight_task_and_nothing_is_launched(airflow_db, tmp_path):
+    from tests.watermark_ops import stall_fixtures as sf
+    from tests.watermark_ops.checkpoint_fixtures import handmade_checkpoint
+
+    checkpoint = str(tmp_path / "ck")
+    handmade_checkpoint(checkpoint, [(0, 10), (10, 20)], query_id=None)  # metadata missing: Spark refuses
+    with DAG("wo_run_pattern_no_go", schedule=None, start_date=pendulum.datetime(2013, 1, 1, tz="UTC")) as dag:
+        watermarked_run("readings", application=str(tmp_path / "never.py"), checkpoint=checkpoint,
+                        attach=True, window="1 hour", conf={"spark.sql.shuffle.partitions": "2"})
+    run = sf.run_dag(dag)
+    states = {task: state for (task, _), state in sf.task_states(run).items()}
+    assert states["readings.preflight"] == "failed"
+    assert states["readings.spark_submit"] == "upstream_failed"  # never launched
+    document = sf.xcoms(run)[("readings.preflight", -1, "return_value")]
+    assert document["verdict"] == "no_go" and document["findings"][0]["code"] == "metadata_missing"
+    assert document["line"].startswith("preflight no_go: ") and f"[{checkpoint}/metadata]" in document["line"]
+    assert document["requested_conf"] == {"spark.sql.shuffle.partitions": "2", "spark.log.level": "WARN",
+                                          "spark.ui.showConsoleProgress": "false"}
 
 
 @pytest.mark.parametrize("kwargs, says", [

@@ -13,7 +13,7 @@ from watermark_ops.core.log_formats import LogFileError, ReadProblem, is_batch_f
 from watermark_ops.core.storage import _resolve
 
 __all__ = ["STATE_METADATA_MAX_VERSION", "WATERMARK_DELAY_KEY", "StateMetadata", "StateOperator",
-           "read_state_metadata"]
+           "parse_state_schema", "read_state_metadata", "state_schema_path"]
 
 # which of their state columns carry an event-time watermark
 
@@ -155,7 +155,7 @@ def _state_operator(storage: Any, folder: str, op_id: int, problems: list[ReadPr
     version, name, stores = parsed
     columns: list[dict[str, Any]] = []
     for store in stores or ("default",):
-        schema = f"{folder}/0/_metadata/schema" if store == "default" else f"{folder}/0/{store}/_metadata/schema"
+        schema = state_schema_path(folder, store)
         content = storage.read([schema])(schema)
         if isinstance(content, FileNotFoundError):
             continue
@@ -195,6 +195,21 @@ def _parse_operator_metadata(raw: bytes) -> tuple[int, str | None, tuple[str, ..
     stores = tuple(s["storeName"] for s in body.get("stateStoreInfo") or []
                    if isinstance(s, dict) and isinstance(s.get("storeName"), str))
     return version, name if isinstance(name, str) else None, stores
+
+
+def state_schema_path(operator_folder: str, store: str) -> str:
+    """The schema file of ``store`` under ``state/<opId>`` (partition 0, where
+    ``StateSchemaCompatibilityChecker`` keeps it): ``<op>/0/_metadata/schema`` for the ``default``
+    store, ``<op>/0/<store>/_metadata/schema`` for a named one."""
+    return f"{operator_folder}/0/_metadata/schema" if store == "default" else f"{operator_folder}/0/{store}/_metadata/schema"
+
+
+def parse_state_schema(raw: bytes) -> tuple[Any, Any]:
+    """The key and value schemas (``StructType`` JSON) of a state schema file: see :func:`_parse_state_schema`.
+
+    :raises LogFileError: ``truncated``, ``unsupported_version``, ``not_json``.
+    """
+    return _parse_state_schema(raw)
 
 
 def _parse_state_schema(raw: bytes) -> tuple[Any, Any]:

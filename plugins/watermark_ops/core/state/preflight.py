@@ -59,7 +59,7 @@ from typing import Any, Iterable
 from watermark_ops.core.state.reader import PROVIDER_CONF, provider_of_class
 
 __all__ = ["FORMAT_VERSION_CONF", "GO", "LEVELS", "NO_GO", "WARN", "PreflightFinding", "PreflightReport",
-           "preflight", "spark_version_tuple"]
+           "preflight", "spark_version_tuple", "verdict_line"]
 
 GO, WARN, NO_GO = "go", "warn", "no_go"
 #: A finding's level: ``no_go`` refuses the restart, ``warn`` lets it run with a warning, ``info`` says.
@@ -109,6 +109,19 @@ class PreflightReport:
         return {"location": self.location, "verdict": self.verdict, "head_batch_id": self.head_batch_id,
                 "spark_version": self.spark_version, "requested_conf": dict(self.requested_conf),
                 "findings": [f.to_dict() for f in self.findings]}
+
+
+def verdict_line(report: PreflightReport) -> str:
+    """The verdict in one readable line: for ``no_go`` (and ``warn``) the first such finding's
+    reason, the file that proves it and the recipe (``(+N more: codes)`` when there are more)."""
+    head = "no batch yet" if report.head_batch_id is None else f"head batch {report.head_batch_id}"
+    worst = [f for f in report.findings if f.level == report.verdict]
+    if not worst:
+        return f"preflight go: restart of {report.location} ({head})"
+    first = worst[0]
+    more = f" (+{len(worst) - 1} more: {', '.join(f.code for f in worst[1:])})" if len(worst) > 1 else ""
+    return (f"preflight {report.verdict}: restart of {report.location} ({head}): {first.code}: {first.message}"
+            f" [{first.file}]. What to do: {first.recipe}{more}")
 
 
 def spark_version_tuple(version: str | None) -> tuple[int, int] | None:

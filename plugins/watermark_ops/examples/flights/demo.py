@@ -42,7 +42,13 @@ import pendulum
 
 from watermark_ops.core.progress import progress_log_path, read_progress_log, summarize_run
 from watermark_ops.core.times import watermark_text
-from watermark_ops.examples.flights.settings import REPO_ROOT, airflow_config_env, job_locations, runtime_home
+from watermark_ops.examples.flights.settings import (
+    REPO_ROOT,
+    STATE_MAINTENANCE_CONF,
+    airflow_config_env,
+    job_locations,
+    runtime_home,
+)
 
 DAG_ID = "flights_pipeline"
 JOB = "flight_windows"
@@ -335,7 +341,10 @@ def main(argv: list[str] | None = None) -> int:
         from watermark_ops.spark.connect import start_connect_server
 
         t0 = time.monotonic()
-        server = start_connect_server(home / "spark-connect.log", conf={"spark.sql.shuffle.partitions": "4"})
+        # The server's state store maintenance task runs for as long as the server lives; its interval
+        # comes from the first query's session conf (the DAG's conf), set here too for the server's own.
+        server = start_connect_server(home / "spark-connect.log",
+                                      conf={"spark.sql.shuffle.partitions": "4", **STATE_MAINTENANCE_CONF})
         server_start_s = time.monotonic() - t0
         console.print(f"Spark Connect server {server.url} (pid {server.pid}) started in {server_start_s:.1f} s; "
                       f"stopped at the end")
@@ -409,7 +418,30 @@ def _run_days(args, console, env: dict[str, str], locations: dict[str, str], log
         f"Each run was audited (task audit_checkpoint); audit it yourself with\n"
         f"  {Path(sys.executable).parent / 'watermark-ops'} audit {locations['checkpoint']}"
     )
+    console.print(state_summary(locations["checkpoint"]))
     return 0
+
+
+def state_summary(checkpoint: str) -> str:
+    """What the checkpoint's state looks like after the runs, in a few lines: per stateful operator
+    the rows held, whether the watermark bounds them, and the chain a restart replays (short when
+    the maintenance task compacted it: ``settings.STATE_MAINTENANCE_CONF``), then the findings."""
+    from watermark_ops.core.state.reader import read_state
+    from watermark_ops.core.state.rules import state_findings
+
+    state = read_state(checkpoint)
+    lines = []
+    for op in state.operators:
+        rows = op.rows[-1] if op.rows else None
+        bound = {True: "bounded by the watermark", False: "NOT bounded by any watermark", None: "bound unknown"}
+        lines.append(f"State: operator {op.operator_id} {op.name}: {rows} rows after batch "
+                     f"{op.batches[-1].batch_id if op.batches else '-'}, {bound[op.bounded_by_watermark]}; a restart "
+                     f"replays {op.chain_length} delta files per partition (newest snapshot: "
+                     f"{'version ' + str(op.snapshot_version) if op.snapshot_version else 'none'})")
+    findings = state_findings(state)
+    lines += [f"  {f.severity} {f.rule}: {f.message}" for f in findings] or ["  no state finding"]
+    lines.append(f"  {Path(sys.executable).parent / 'watermark-ops'} state {checkpoint}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

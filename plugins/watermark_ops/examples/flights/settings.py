@@ -21,6 +21,18 @@ REPO_ROOT = Path(__file__).resolve().parents[4]  # plugins/watermark_ops/example
 SPARK_JOBS_DIR = REPO_ROOT / "spark_jobs"
 #: The example's explicit checkpoint entries ([watermark_ops] monitor_config).
 MONITOR_CONFIG = REPO_ROOT / "dags" / "watermark_monitor.json"
+#: What the example's Spark runs set so that their state stays compacted (docs/state-and-preflight.md,
+#: "The maintenance task"). Spark snapshots the state and deletes old state files only in its
+#: maintenance task, which first runs one ``maintenanceInterval`` (default 60 s) after the driver
+#: loads its first state store; an availableNow run per spark-submit keeps its stores loaded for a
+#: few seconds (about 3.5 s of a 25-70 s run here), so with the default it never compacts and every
+#: restart replays every delta since version 1. At 1 s the task runs while the stores are loaded: it
+#: snapshots a store once more than ``minDeltasForSnapshot`` (default 10) deltas follow its last
+#: snapshot, and deletes what ``minBatchesToRetain`` (100) no longer keeps. On the long-lived Spark
+#: Connect server (``make run`` may pick it) the task keeps running between runs anyway; the same
+#: conf does no harm there.
+STATE_MAINTENANCE_CONF = {"spark.sql.streaming.stateStore.maintenanceInterval": "1s",
+                          "spark.sql.streaming.stateStore.minDeltasForSnapshot": "4"}
 
 
 def runtime_home() -> Path:
