@@ -181,6 +181,10 @@ def print_audit_report(report: AuditReport, console: Any, limit: int = DEFAULT_L
                  else f"{watermark_text(report.watermark_ms)} ({report.watermark_ms} ms)")
     in_flight = "none" if report.in_flight_batch_id is None else str(report.in_flight_batch_id)
     console.print(f"next batch starts from watermark {watermark}; in flight: {in_flight}")
+    if report.state_store is not None:  # the stateful operators (watermark_ops.render_state)
+        from watermark_ops.render_state import print_state_store
+
+        print_state_store(report.state_store, console)
     console.print(f"status [{_STATUS_STYLE[report.status]}]{report.status}[/] (exit {report.exit_code})")
 
 
