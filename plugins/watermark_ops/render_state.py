@@ -16,8 +16,7 @@ from typing import Any, Iterable
 
 from watermark_ops.render import _SEVERITY_STYLE
 
-__all__ = ["finding_document", "preflight_document", "print_preflight", "print_state", "print_state_store",
-           "state_document", "state_store_line"]
+__all__ = ["finding_document", "preflight_document", "print_preflight", "print_state", "state_document"]
 
 _VERDICT_STYLE = {"go": "bold green", "warn": "bold yellow", "no_go": "bold red"}
 _LEVEL_STYLE = {"no_go": "bold red", "warn": "yellow", "info": "cyan"}
@@ -85,50 +84,6 @@ def print_state(state: Any, findings: Iterable[Any], console: Any) -> None:
                           f"{_size(op.bytes_on_disk)} / {op.files_on_disk} files")
         console.print(table)
     _print_findings(console, [(f.severity, f.rule, f.file, f.message, None) for f in findings], _SEVERITY_STYLE)
-
-
-def state_store_line(document: dict[str, Any] | None) -> str:
-    """One line for a state summary (:meth:`~watermark_ops.core.state.summary.StateSummary.document`):
-    ``"2 operators, 1,204 rows, chain 6, not bounded (state_unbounded)"``; ``"stateless"`` without
-    ``state/``; ``""`` for None."""
-    if document is None:
-        return ""
-    if not document["has_state_folder"]:
-        return "stateless (no state/ folder)"
-    parts = [f"{len(document['operators'])} operator{'' if len(document['operators']) == 1 else 's'}"]
-    if document["rows"] is not None:
-        parts.append(f"{document['rows']:,} rows")
-    if document["chain_length"] is not None:
-        parts.append(f"chain {document['chain_length']}")
-    bounded = {True: "bounded by the watermark", False: "NOT bounded by a watermark", None: "bound unknown"}
-    parts.append(bounded[document["bounded"]])
-    codes = sorted({f["code"] for f in document["findings"]})
-    return ", ".join(parts) + (f" ({', '.join(codes)})" if codes else "")
-
-
-def print_state_store(document: dict[str, Any], console: Any) -> None:
-    """The state summary under an audit or a status: one line, then a row per operator (id, name,
-    bounded, rows now and of which batch, the chain a restart replays); its findings are the
-    report's own (printed with them)."""
-    from rich.markup import escape
-    from rich.table import Table
-
-    console.print(f"[bold]state store[/bold] {escape(state_store_line(document))}"
-                  f"{'' if document['depth'] == 'full' else ' (rows only; the chain: watermark-ops state)'}")
-    if not document["operators"]:
-        return
-    table = Table(show_lines=False)
-    for column in ("op", "operator", "bounded by watermark", "rows (batch)", "chain", "snapshot", "on disk"):
-        table.add_column(column)
-    for op in document["operators"]:
-        bounded = {True: "[green]yes[/green]", False: "[bold red]NO[/bold red]", None: "?"}[op["bounded_by_watermark"]]
-        rows = "-" if op["rows"] is None else f"{op['rows']} ({op['rows_batch_id']}, {op['rows_source']})"
-        table.add_row(str(op["operator_id"]), op["name"] or "?", bounded, escape(rows if op["rows"] is not None
-                                                                                  else op["count_note"] or "-"),
-                      "-" if op["chain_length"] is None else str(op["chain_length"]),
-                      "-" if op["snapshot_version"] is None else str(op["snapshot_version"]),
-                      "-" if op["bytes_on_disk"] is None else _size(op["bytes_on_disk"]))
-    console.print(table)
 
 
 def print_preflight(report: Any, console: Any) -> None:

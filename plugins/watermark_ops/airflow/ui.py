@@ -337,9 +337,10 @@ def _job(entry: Known, filesystem: Any) -> Job:
 
 
 def _thresholds(entry: Known):
+    from watermark_ops.airflow.config import THRESHOLD_KEYS
     from watermark_ops.core.thresholds import Thresholds
 
-    return Thresholds(**entry.get("thresholds", {}))
+    return Thresholds(**{k: v for k, v in entry.get("thresholds", {}).items() if k in THRESHOLD_KEYS})
 
 
 def _entry_for(known: Callable[[], list[Known]], roots: CheckpointRoots, location: str) -> Known:

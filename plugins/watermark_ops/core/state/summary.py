@@ -41,7 +41,8 @@ from watermark_ops.core.state.reader import CheckpointState, OperatorState, Stat
 from watermark_ops.core.thresholds import DEFAULT_STATE_THRESHOLDS, StateThresholds
 
 __all__ = ["DEPTHS", "KEPT_BATCHES", "VIEW_MAX_REPLAY_BYTES", "StateSummary", "finding_document", "read_summary",
-           "read_state_summary", "state_failures", "summary_after", "summary_of"]
+           "read_state_summary", "state_failures", "state_options", "state_outcome", "summary_after",
+           "summary_of"]
 
 #: The depths of a read, shallow first (see the module docstring).
 DEPTHS = ("rows", "full")
@@ -231,6 +232,48 @@ def state_failures(summary: StateSummary | None, fail_on: Iterable[str],
     if summary is None or not wanted:
         return []
     return [f for f in summary.findings(thresholds) if f.rule in wanted]
+
+
+def state_outcome(check: Any, view: Any, fail_on: Iterable[str] = (),
+                  thresholds: StateThresholds = DEFAULT_STATE_THRESHOLDS) -> tuple[Any, dict[str, Any] | None]:
+    """What the sensors and their trigger do with the state after one evaluation
+    (:func:`watermark_ops.core.checks.check_tail`): ``(check, document)`` where ``document`` is the
+    view's state summary with its findings (:meth:`StateSummary.document`; None without one) and
+    ``check`` the evaluation's own, or ``fail`` when a finding's rule is in ``fail_on`` and the
+    evaluation was ``done`` or ``wait`` (a state no watermark evicts does not heal by waiting)."""
+    from watermark_ops.core.checks import Check
+
+    summary = getattr(view, "state_store", None)
+    if summary is None:
+        return check, None
+    found = summary.findings(thresholds)
+    failures = [f for f in found if f.rule in set(fail_on)]
+    if failures and check.outcome in ("done", "wait"):
+        first = failures[0]
+        check = Check("fail", f"state store of {summary.state.location}: {first.rule}: {first.message}",
+                      check.classification)
+    return check, summary.document(thresholds, found)
+
+
+def state_options(fail_on_state: Any, state_thresholds: Any, state_store: bool) -> tuple[tuple[str, ...], StateThresholds]:
+    """The sensors' and their trigger's state options (``fail_on_state``, ``state_thresholds``,
+    ``state_store``: :class:`watermark_ops.airflow.sensors.WatermarkStallSensor`), validated:
+    ``(rules to fail on, thresholds)``.
+
+    :raises ValueError: an unknown rule (naming the known ones), ``fail_on_state`` without
+        ``state_store``, or a bad threshold.
+    """
+    from watermark_ops.core.state.rules import STATE_RULES
+
+    rules = (fail_on_state,) if isinstance(fail_on_state, str) else tuple(fail_on_state or ())
+    unknown = sorted(set(rules) - set(STATE_RULES))
+    if unknown:
+        raise ValueError(f"fail_on_state: unknown state rules {unknown}; expected some of {sorted(STATE_RULES)}")
+    if rules and not state_store:
+        raise ValueError("fail_on_state needs state_store=True (the state is not read otherwise)")
+    if isinstance(state_thresholds, StateThresholds):
+        return rules, state_thresholds
+    return rules, StateThresholds.from_dict(dict(state_thresholds or {}))
 
 
 # --------------------------------------------------------------------------------------------
