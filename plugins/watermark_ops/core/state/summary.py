@@ -241,8 +241,6 @@ def state_outcome(check: Any, view: Any, fail_on: Iterable[str] = (),
     view's state summary with its findings (:meth:`StateSummary.document`; None without one) and
     ``check`` the evaluation's own, or ``fail`` when a finding's rule is in ``fail_on`` and the
     evaluation was ``done`` or ``wait`` (a state no watermark evicts does not heal by waiting)."""
-    from watermark_ops.core.checks import Check
-
     summary = getattr(view, "state_store", None)
     if summary is None:
         return check, None
@@ -250,8 +248,8 @@ def state_outcome(check: Any, view: Any, fail_on: Iterable[str] = (),
     failures = [f for f in found if f.rule in set(fail_on)]
     if failures and check.outcome in ("done", "wait"):
         first = failures[0]
-        check = Check("fail", f"state store of {summary.state.location}: {first.rule}: {first.message}",
-                      check.classification)
+        check = replace(check, outcome="fail",
+                        message=f"state store of {summary.state.location}: {first.rule}: {first.message}")
     return check, summary.document(thresholds, found)
 
 
