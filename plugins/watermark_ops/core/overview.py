@@ -84,8 +84,10 @@ def overview_row(location: str, thresholds: Thresholds, *, name: str | None = No
         "skew_warnings": [the classification's partition-skew warnings],
         "latest_batch_ms", "latest_batch_time", "error": str | None, "rank": int}``; ``rank``
         orders the overview (0 unreadable or violated, 1 alarm, 2 a warning (audit, partition
-        skew), lagging, or ``watermark_unknown`` (may be a stall the evidence cannot prove), 3
-        healthy (``no_watermark`` too), 4 not run yet).
+        skew, a state finding), lagging, or ``watermark_unknown`` (may be a stall the evidence cannot
+        prove), 3 healthy (``no_watermark`` too), 4 not run yet); ``state_store``: the compact state
+        column (:func:`watermark_ops.core.overview_cache.state_column`), None here (the shared
+        overview's rows have it).
     """
     row = empty_row(location, name)
     try:
@@ -138,7 +140,7 @@ def empty_row(location: str, name: str | None = None) -> dict[str, Any]:
         "in_flight_batch": None, "watermark_ms": None, "watermark": None, "lag_ms": None, "state": None,
         "alarm": False, "reason": None, "audit_status": None, "findings": 0, "errors": 0, "warnings": 0,
         "rules": [], "skew_warnings": [], "latest_batch_ms": None, "latest_batch_time": None, "error": None,
-        "rank": _RANK_OK,
+        "rank": _RANK_OK, "state_store": None,
     }
 
 
@@ -258,7 +260,7 @@ def checkpoint_detail(location: str, thresholds: Thresholds, *, name: str | None
                       landings: Iterable[str] = (), at_ms: int | None = None,
                       chart_limit: int = DEFAULT_CHART_LIMIT, late_sink: str | None = None,
                       runs_limit: int = DEFAULT_RUNS_LIMIT, filesystem: Any = None,
-                      storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
+                      storage_options: dict[str, Any] | None = None, state_thresholds: Any = None) -> dict[str, Any]:
     """Everything the checkpoint page shows, read now (the whole offset and commit logs, the
     progress log, the landing folders).
 
@@ -282,7 +284,11 @@ def checkpoint_detail(location: str, thresholds: Thresholds, *, name: str | None
         "first_shown_batch_id", "points": [{"batch_id", "watermark_ms", "timestamp_ms",
         "next_watermark_ms", "committed", "regressed", "run_start"}], "restarts": [{"batch_id",
         "run", "run_tag", "run_id"}]}, "runs": [RunDrops.to_dict() + {"ledger_rows_late": int |
-        None}], "late_sink": str | None, "advice": [LandedLateness summaries], "problems": [str]}``.
+        None}], "late_sink": str | None, "advice": [LandedLateness summaries], "problems": [str],
+        "state_store": the state summary with each operator's rows over the chart's batch ids,
+        "preflight": the restart preflight, "diagnosis": the last refused restart's | None}``
+        (:func:`watermark_ops.core.state.detail.state_detail`, judged with ``state_thresholds``,
+        a :class:`~watermark_ops.core.thresholds.StateThresholds`, default the defaults).
     """
     at = now_ms() if at_ms is None else at_ms
     problems: list[str] = []
@@ -308,6 +314,9 @@ def checkpoint_detail(location: str, thresholds: Thresholds, *, name: str | None
     order = {ERROR: 0, WARNING: 1, INFO: 2}
     row = _row_of(empty_row(location, name), checkpoint, thresholds, at_ms, False,
                   (status, report, classification, why_not))
+    chart = _chart(report.batches, runs, regressed, chart_limit)
+    state = _state_part(location, checkpoint, progress, chart, state_thresholds, filesystem, storage_options)
+    problems.extend(state.pop("problems"))
     return {
         "name": name or location,
         "location": location,
@@ -319,13 +328,30 @@ def checkpoint_detail(location: str, thresholds: Thresholds, *, name: str | None
         "classification": classification.to_dict() if classification else None,
         "audit": {"status": report.status,
                   "findings": [f.to_dict() for f in sorted(report.findings, key=lambda f: order[f.severity])]},
-        "chart": _chart(report.batches, runs, regressed, chart_limit),
+        "chart": chart,
         "runs": runs,
         "late_sink": late_sink or None,
         "progress_log": progress_log_path(checkpoint.location),
         "advice": [a for a in advice if a is not None],
         "problems": problems,
+        **state,
     }
+
+
+def _state_part(location: str, checkpoint, progress, chart: dict[str, Any], thresholds: Any, filesystem: Any,
+                storage_options: dict[str, Any] | None) -> dict[str, Any]:
+    """:func:`watermark_ops.core.state.detail.state_detail` over the batch ids the chart shows."""
+    from watermark_ops.core.state.detail import state_detail
+    from watermark_ops.core.thresholds import DEFAULT_STATE_THRESHOLDS
+
+    points = chart["points"]
+    query_id = checkpoint.query_id
+    records = [r for r in (progress.records if progress is not None else ())
+               if query_id is None or r.get("query_id") in (None, query_id)]
+    return state_detail(location, checkpoint, records,
+                        batch_ids=(points[0]["batch_id"], points[-1]["batch_id"]) if points else None,
+                        thresholds=thresholds or DEFAULT_STATE_THRESHOLDS, filesystem=filesystem,
+                        storage_options=storage_options)
 
 
 def _advice(landing: str, problems: list[str], filesystem: Any = None,
