@@ -30,7 +30,7 @@ from watermark_ops.core.thresholds import Thresholds
 from watermark_ops.core.times import iso_utc, now_ms
 
 __all__ = ["DEFAULT_CHART_LIMIT", "DEFAULT_PAGE_SIZE", "DEFAULT_RUNS_LIMIT", "MAX_PAGE_SIZE", "checkpoint_detail",
-           "empty_row", "overview_row", "page_of", "sort_overview"]
+           "empty_row", "overview_row", "page_of", "sort_overview", "with_state_column"]
 
 #: The newest batches the chart and the batch table show (older ones are counted, not drawn).
 DEFAULT_CHART_LIMIT = 500
@@ -66,7 +66,7 @@ def _problem_text(problem) -> str:
 
 def overview_row(location: str, thresholds: Thresholds, *, name: str | None = None, missing_ok: bool = False,
                  at_ms: int | None = None, filesystem: Any = None,
-                 storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
+                 storage_options: dict[str, Any] | None = None, state_thresholds: Any = None) -> dict[str, Any]:
     """One overview row: the checkpoint's head, stall state and audit, read now.
 
     Reads the whole offset and commit logs (the audit needs them) and the end of the progress log.
@@ -86,8 +86,7 @@ def overview_row(location: str, thresholds: Thresholds, *, name: str | None = No
         orders the overview (0 unreadable or violated, 1 alarm, 2 a warning (audit, partition
         skew, a state finding), lagging, or ``watermark_unknown`` (may be a stall the evidence cannot
         prove), 3 healthy (``no_watermark`` too), 4 not run yet); ``state_store``: the compact state
-        column (:func:`watermark_ops.core.overview_cache.state_column`), None here (the shared
-        overview's rows have it).
+        column (:func:`with_state_column`, judged with ``state_thresholds``, default the defaults).
     """
     row = empty_row(location, name)
     try:
@@ -95,7 +94,35 @@ def overview_row(location: str, thresholds: Thresholds, *, name: str | None = No
     except Exception as exc:  # a broken filesystem must not take the page down: the row says it
         row.update(error=f"cannot read the checkpoint: {exc!r}", rank=_RANK_ERROR)
         return row
-    return _row_of(row, snapshot.checkpoint, thresholds, at_ms, missing_ok, judged(snapshot, thresholds, at_ms))
+    row = _row_of(row, snapshot.checkpoint, thresholds, at_ms, missing_ok, judged(snapshot, thresholds, at_ms))
+    summary = None
+    if snapshot.checkpoint.head_batch_id is not None:
+        from watermark_ops.core.state.summary import read_state_summary
+
+        summary = read_state_summary(location, snapshot.checkpoint, snapshot.records, filesystem=filesystem,
+                                     storage_options=storage_options)
+    return with_state_column(row, summary, state_thresholds)
+
+
+def with_state_column(row: dict[str, Any], summary: Any, thresholds: Any = None) -> dict[str, Any]:
+    """``row`` with its compact state column, ``state_store``: ``{"has_state_folder", "rows" (now,
+    every operator), "chain_length" (the longest), "bounded": bool | None, "codes": [the state
+    findings' rules], "operators": n}`` of a state summary
+    (:class:`~watermark_ops.core.state.summary.StateSummary`; None without one); a healthy row
+    with a state finding ranks as a warning."""
+    if summary is None:
+        row["state_store"] = None
+        return row
+    from watermark_ops.core.thresholds import DEFAULT_STATE_THRESHOLDS
+
+    document = summary.document(thresholds or DEFAULT_STATE_THRESHOLDS)
+    codes = sorted({f["code"] for f in document["findings"]})
+    row["state_store"] = {"has_state_folder": document["has_state_folder"], "rows": document["rows"],
+                          "chain_length": document["chain_length"], "bounded": document["bounded"], "codes": codes,
+                          "operators": len(document["operators"])}
+    if codes and row["rank"] > _RANK_WARNING and not row["error"]:
+        row["rank"] = _RANK_WARNING
+    return row
 
 
 def _row_of(row: dict[str, Any], checkpoint, thresholds: Thresholds, at_ms: int | None, missing_ok: bool,

@@ -40,7 +40,7 @@ from watermark_ops.core.times import now_ms
 from watermark_ops.core.view import InProcessViews, View
 
 __all__ = ["MAX_CONCURRENT_ROWS", "STALE_FACTOR", "Evaluation", "Job", "RowMemory", "SharedOverview", "advance",
-           "row_of", "state_column"]
+           "row_of"]
 
 #: Checkpoints evaluated at once by :class:`SharedOverview` (threads; each one's reads are
 #: themselves concurrent on an async filesystem, bounded by the core's reader).
@@ -79,13 +79,13 @@ def row_of(memory: View, thresholds: Thresholds, *, name: str | None = None, mis
            at_ms: int | None = None, state_thresholds: StateThresholds = DEFAULT_STATE_THRESHOLDS) -> dict[str, Any]:
     """The overview row of a remembered checkpoint at ``at_ms`` (nothing is read): the same fields
     and ranks as :func:`watermark_ops.core.overview.overview_row`, the stall classification over
-    the remembered newest batches, and ``state_store`` (:func:`state_column`; a row with a state
-    finding ranks at least as a warning).
+    the remembered newest batches, and the view's state summary as the row's ``state_store``
+    (:func:`watermark_ops.core.overview.with_state_column`).
 
     :param at_ms: the evaluation instant (epoch ms UTC), default now.
     """
     from watermark_ops.core.classification import StallInputError, classify_snapshot
-    from watermark_ops.core.overview import _RANK_WARNING, _row_of, empty_row
+    from watermark_ops.core.overview import _row_of, empty_row, with_state_column
     from watermark_ops.core.snapshot import view_snapshot
     from watermark_ops.core.stall import recent_batches
     from watermark_ops.core.status import CheckpointStatus
@@ -106,22 +106,7 @@ def row_of(memory: View, thresholds: Thresholds, *, name: str | None = None, mis
     except StallInputError as exc:
         classification, why_not = None, str(exc)
     row = _row_of(row, window, thresholds, at_ms, missing_ok, (status, report, classification, why_not))
-    row["state_store"] = state_column(memory.state_store, state_thresholds)
-    if row["state_store"] and row["state_store"]["codes"] and row["rank"] > _RANK_WARNING:
-        row["rank"] = _RANK_WARNING
-    return row
-
-
-def state_column(summary: Any, thresholds: StateThresholds = DEFAULT_STATE_THRESHOLDS) -> dict[str, Any] | None:
-    """The overview's compact state column of a state summary: ``{"has_state_folder", "rows" (now,
-    every operator), "chain_length" (the longest), "bounded": bool | None, "codes": [the state
-    findings' rules], "operators": n}``; None without a summary."""
-    if summary is None:
-        return None
-    document = summary.document(thresholds)
-    return {"has_state_folder": document["has_state_folder"], "rows": document["rows"],
-            "chain_length": document["chain_length"], "bounded": document["bounded"],
-            "codes": sorted({f["code"] for f in document["findings"]}), "operators": len(document["operators"])}
+    return with_state_column(row, memory.state_store, state_thresholds)
 
 
 # --------------------------------------------------------------------------------------------
