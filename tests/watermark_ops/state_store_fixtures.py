@@ -17,7 +17,9 @@ Built once per test process (:func:`state_checkpoints`) on the shared ``spark`` 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import time
 from pathlib import Path
 
 SCHEMA = "id BIGINT, event_time TIMESTAMP, kind STRING"
@@ -29,11 +31,16 @@ _BUILT: dict[str, dict[str, str]] = {}
 
 
 def _land(landing: Path) -> None:
+    """The files, each modified a second after the one before: the file source reads them in
+    modification time order (a later file read first would make the earlier one's rows late)."""
     landing.mkdir(parents=True)
+    first = time.time() - FILES
     for n in range(FILES):
         rows = [{"id": n * 100 + i, "event_time": f"2024-05-01T08:{n * 10 + i:02d}:00Z", "kind": "ab"[i % 2]}
                 for i in range(8)]
-        (landing / f"part-{n}.json").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        path = landing / f"part-{n}.json"
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        os.utime(path, (first + n, first + n))
 
 
 def _run(spark, frame, checkpoint: Path) -> None:
