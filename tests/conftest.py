@@ -114,3 +114,12 @@ def connect_server():
     yield server
     os.environ.pop("AIRFLOW_CONN_SPARK_CONNECT_DEFAULT", None)
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def state_checkpoints(spark):
+    """A small real stateful checkpoint (``tests/watermark_ops/state_store_fixtures.py``): a dedup
+    no watermark can evict whose rows grow. Read only: copy it before changing it."""
+    from tests.watermark_ops.state_store_fixtures import state_checkpoints as build
+
+    return build(spark, _SESSION_TMP / "state_store")

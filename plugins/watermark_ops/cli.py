@@ -3,8 +3,8 @@
 Subcommands (this module owns every one of them: arguments here, the work in
 :mod:`watermark_ops.core`, the output through :mod:`watermark_ops.render`)::
 
-    watermark-ops audit CHECKPOINT [--json] [--state FILE [--full]] [--limit N]
-    watermark-ops status CHECKPOINT [--json] [--state FILE [--full]] [--at ISO-8601-INSTANT] [--max-lag PT6H|none] [--max-idle P1D]
+    watermark-ops audit CHECKPOINT [--json] [--state FILE [--full]] [--limit N] [--no-state-store]
+    watermark-ops status CHECKPOINT [--json] [--state FILE [--full]] [--no-state-store] [--at ISO-8601-INSTANT] [--max-lag PT6H|none] [--max-idle P1D]
                          [--idle-after PT15M] [--max-skew PT5M] [--stall-window PT1H] [--stall-batches 3]
                          [--max-partition-skew PT2H|none]
     watermark-ops lateness CHECKPOINT [--json] [--landing DIR ...] [--event-time-field F] [--arrival-field F]
@@ -23,7 +23,10 @@ the head in a JSON state file between audits (:class:`watermark_ops.core.memory.
 with the checkpoint's remembered view (:mod:`watermark_ops.core.view`): the next audit reads only
 ``metadata`` and the new batches' files (by name, no listing) and says so; ``--full`` reads every
 file again (the state file is updated as after any audit). ``status --state FILE`` reads what a
-remembered view does not hold yet the same way.
+remembered view does not hold yet the same way. Both also show the stateful operators' state
+store (:mod:`watermark_ops.core.state.summary`: operators, rows now, bounded by a watermark or
+not, the chain a restart replays; the audit adds the state findings to its own, as warnings;
+``--json``: ``state_store``), read again only when the head moved; ``--no-state-store`` skips it.
 Exit status: 0 no error finding, 1 a rule is violated, 2 the checkpoint (or a file in it, or the
 state file) cannot be read and nothing is violated.
 
@@ -221,6 +224,8 @@ def _audit_arguments(parser: argparse.ArgumentParser) -> None:
 def _full_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--full", action="store_true",
                         help="read every file again instead of what the state file's remembered view does not hold")
+    parser.add_argument("--no-state-store", dest="state_store", action="store_false",
+                        help="do not read the stateful operators' state (state/: rows, bound, chain)")
 
 
 def _audit(args: argparse.Namespace) -> int:
@@ -229,7 +234,7 @@ def _audit(args: argparse.Namespace) -> int:
 
     try:
         memory = StateFileMemory(args.state) if args.state else None
-        report = run_audit(args.checkpoint, memory, full=args.full, **args.where)
+        report = run_audit(args.checkpoint, memory, full=args.full, state_store=args.state_store, **args.where)
     except MemoryFormatError as exc:
         print(f"watermark-ops: {exc}", file=sys.stderr)
         return 2
@@ -363,13 +368,16 @@ def _status(args: argparse.Namespace) -> int:
         classification = classify_snapshot(snapshot, thresholds, at_ms)
     except StallInputError:  # missing or unreadable: the status output already shows the problems
         classification = None
+    state_store = _status_state_store(args, snapshot, view)
     if args.json:
-        print(json.dumps(render.status_document(status, classification)))
+        print(json.dumps(dict(render.status_document(status, classification), state_store=state_store)))
     else:
         console = render.terminal_console()
         render.print_status(status, console)
         if classification is not None:
             render.print_classification(classification, console)
+        if state_store is not None:
+            render.print_state_store(state_store, console, with_findings=True)
         if view is not None and view.reads.get("mode") == "incremental":
             print(f"read from the remembered view in {args.state}: {view.reads.get('batch_files', 0)} new batch "
                   f"files, no listing (--full reads again)")
@@ -394,7 +402,7 @@ def _status_snapshot(args: argparse.Namespace, thresholds: Thresholds, at_ms: in
     memory = StateFileMemory(args.state)
     previous = load_view(memory, args.checkpoint)
     view = advance(args.checkpoint, previous, newest=max(newest, previous.newest if previous else 0),
-                   progress="always", full=args.full, **args.where)
+                   progress="always", full=args.full, state_store="full" if args.state_store else None, **args.where)
     save_view(memory, args.checkpoint, view, previous=previous)
     snapshot = view_snapshot(view, newest)
     checkpoint = snapshot.checkpoint
@@ -403,6 +411,19 @@ def _status_snapshot(args: argparse.Namespace, thresholds: Thresholds, at_ms: in
         checkpoint = read_recent(args.checkpoint, thresholds, at_ms=at_ms, **args.where)  # a past instant: widened
         snapshot = snapshot_of(checkpoint, args.checkpoint, **args.where)
     return snapshot, view
+
+
+def _status_state_store(args: argparse.Namespace, snapshot, view) -> dict | None:
+    """The state summary's document (with its findings) for ``status``: the view's, else read now
+    beside the newest batches; None with ``--no-state-store`` or without a batch."""
+    if not args.state_store or snapshot.checkpoint.head_batch_id is None:
+        return None
+    summary = view.state_store if view is not None else None
+    if summary is None:
+        from watermark_ops.core.state.summary import read_state_summary
+
+        summary = read_state_summary(args.checkpoint, snapshot.checkpoint, snapshot.records, **args.where)
+    return summary.document()
 
 
 # --------------------------------------------------------------------------------------------

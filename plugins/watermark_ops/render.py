@@ -48,8 +48,10 @@ __all__ = [
     "print_classification",
     "print_late_ledger",
     "print_lateness_report",
+    "print_state_store",
     "print_status",
     "signed_duration",
+    "state_store_line",
     "watermark_text",
     "status_document",
     "terminal_console",
@@ -181,6 +183,8 @@ def print_audit_report(report: AuditReport, console: Any, limit: int = DEFAULT_L
                  else f"{watermark_text(report.watermark_ms)} ({report.watermark_ms} ms)")
     in_flight = "none" if report.in_flight_batch_id is None else str(report.in_flight_batch_id)
     console.print(f"next batch starts from watermark {watermark}; in flight: {in_flight}")
+    if report.state_store is not None:  # the stateful operators
+        print_state_store(report.state_store, console)
     console.print(f"status [{_STATUS_STYLE[report.status]}]{report.status}[/] (exit {report.exit_code})")
 
 
@@ -489,3 +493,64 @@ def print_late_ledger(ledger: LateLedger, console: Any) -> None:
     for problem in document["problems"]:
         console.print(f"[yellow]{problem['kind']}:[/] {escape(str(problem['file']))}: {escape(problem['message'])}",
                       markup=True, highlight=False)
+
+
+# --------------------------------------------------------------------------------------------
+# The state store under an audit or a status (watermark_ops.core.state.summary; the state and
+# preflight commands' own tables are in watermark_ops.render_state)
+
+
+def _bytes_text(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def state_store_line(document: dict[str, Any] | None) -> str:
+    """One line for a state summary (:meth:`~watermark_ops.core.state.summary.StateSummary.document`):
+    ``"2 operators, 1,204 rows, chain 6, not bounded (state_unbounded)"``; ``"stateless"`` without
+    ``state/``; ``""`` for None."""
+    if document is None:
+        return ""
+    if not document["has_state_folder"]:
+        return "stateless (no state/ folder)"
+    parts = [f"{len(document['operators'])} operator{'' if len(document['operators']) == 1 else 's'}"]
+    if document["rows"] is not None:
+        parts.append(f"{document['rows']:,} rows")
+    if document["chain_length"] is not None:
+        parts.append(f"chain {document['chain_length']}")
+    bounded = {True: "bounded by the watermark", False: "NOT bounded by a watermark", None: "bound unknown"}
+    parts.append(bounded[document["bounded"]])
+    codes = sorted({f["code"] for f in document["findings"]})
+    return ", ".join(parts) + (f" ({', '.join(codes)})" if codes else "")
+
+
+def print_state_store(document: dict[str, Any], console: Any, *, with_findings: bool = False) -> None:
+    """The state summary under an audit or a status: one line, then a row per operator (id, name,
+    bounded, rows now and of which batch, the chain a restart replays), then its findings when
+    ``with_findings`` (an audit prints them with its own)."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    console.print(f"[bold]state store[/bold] {escape(state_store_line(document))}"
+                  f"{'' if document['depth'] == 'full' else ' (rows only; the chain: watermark-ops state)'}")
+    if not document["operators"]:
+        return
+    table = Table(show_lines=False)
+    for column in ("op", "operator", "bounded by watermark", "rows (batch)", "chain", "snapshot", "on disk"):
+        table.add_column(column)
+    for op in document["operators"]:
+        bounded = {True: "[green]yes[/green]", False: "[bold red]NO[/bold red]", None: "?"}[op["bounded_by_watermark"]]
+        rows = "-" if op["rows"] is None else f"{op['rows']} ({op['rows_batch_id']}, {op['rows_source']})"
+        table.add_row(str(op["operator_id"]), op["name"] or "?", bounded, escape(rows if op["rows"] is not None
+                                                                                  else op["count_note"] or "-"),
+                      "-" if op["chain_length"] is None else str(op["chain_length"]),
+                      "-" if op["snapshot_version"] is None else str(op["snapshot_version"]),
+                      "-" if op["bytes_on_disk"] is None else _bytes_text(op["bytes_on_disk"]))
+    console.print(table)
+    for f in document["findings"] if with_findings else ():
+        style = _SEVERITY_STYLE.get(f["severity"], "bold")
+        console.print(f"[{style}]{f['severity']}[/{style}] [bold]{f['code']}[/bold] {escape(f['file'] or '')}")
+        console.print(f"    {escape(f['message'])}", soft_wrap=False)

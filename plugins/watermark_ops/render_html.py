@@ -19,7 +19,7 @@ from typing import Any, Callable
 from watermark_ops.core.times import duration_words, iso_utc
 from watermark_ops.render import signed_duration
 
-__all__ = ["checkpoint_page", "error_page", "overview_page", "watermark_chart_svg"]
+__all__ = ["checkpoint_page", "error_page", "overview_page", "state_chart_svg", "watermark_chart_svg"]
 
 _STATE_CLASS = {"jumped": "bad", "stalled": "bad", "lagging": "warn", "idle": "info", "advancing": "good",
                 "no_watermark": "info", "watermark_unknown": "none"}
@@ -58,7 +58,7 @@ _OVERVIEW = """{% extends "layout" %}{% block body %}
 {% if p.page < p.pages %}<a href="{{ base }}/?page={{ p.page + 1 }}&amp;page_size={{ p.page_size }}" rel="next">next</a>{% endif %}</p>{% endif %}
 <table id="overview">
 <tr><th>checkpoint</th><th>state</th><th>watermark (UTC)</th><th>lag</th><th>head batch</th><th>in flight</th>
-<th>audit</th><th>newest batch (UTC)</th><th>query id</th></tr>
+<th>audit</th><th>state store</th><th>newest batch (UTC)</th><th>query id</th></tr>
 {% for row in rows %}
 <tr class="{{ 'bad' if row.rank == 0 else '' }}" data-checkpoint="{{ row.name }}">
 <td>{% if row.url %}<a href="{{ row.url }}">{{ row.name }}</a>{% else %}{{ row.name }}{% endif %}
@@ -74,6 +74,7 @@ _OVERVIEW = """{% extends "layout" %}{% block body %}
 <td>{% if row.audit_status %}<span class="badge {{ audit_class(row.audit_status) }}">{{ row.audit_status }}</span>
 {{ row.findings }} finding{{ '' if row.findings == 1 else 's' }}{% if row.rules %}<div class="muted">{{ row.rules|join(', ') }}</div>{% endif %}
 {% else %}-{% endif %}</td>
+<td class="state-store">{% include "state_cell" %}</td>
 <td>{{ row.latest_batch_time or '-' }}</td><td><code>{{ (row.query_id or '-')[:8] }}</code></td></tr>
 {% endfor %}
 </table>
@@ -85,7 +86,8 @@ _CHECKPOINT = """{% extends "layout" %}{% block body %}
 <p class="muted"><a href="{{ base }}/">All watermarks</a> · <a href="{{ json_url }}">JSON</a></p>
 <h1>{{ d.name }} {% if d.state %}<span class="badge {{ state_class(d.state) }}" id="state">{{ d.state }}</span>{% else %}<span class="badge none" id="state">unknown</span>{% endif %}
 {% if c and c.alarm %}<span class="badge bad">alarm</span>{% endif %}
-<span class="badge {{ audit_class(d.audit.status) }}" id="audit-status">audit: {{ d.audit.status }}</span></h1>
+<span class="badge {{ audit_class(d.audit.status) }}" id="audit-status">audit: {{ d.audit.status }}</span>
+{% include "restart_badge" %}</h1>
 <p><code>{{ d.location }}</code></p>
 {% if c %}<ul id="reasons">{% for reason in c.reasons %}<li>{{ reason }}</li>{% endfor %}
 {% for hint in c.hints %}<li>hint: {{ hint }}</li>{% endfor %}
@@ -105,6 +107,7 @@ _CHECKPOINT = """{% extends "layout" %}{% block body %}
 <p class="muted" id="chart-note">{% if d.chart.shown < d.chart.total %}Showing the newest {{ d.chart.shown }} of {{ d.chart.total }} batches (from batch {{ d.chart.first_shown_batch_id }}).{% else %}All {{ d.chart.total }} batches.{% endif %}
  Dashed lines: restarts (one per run); orange: the in-flight batch; red: a watermark that went backwards.</p>
 {{ chart|safe }}
+{% include "state" %}
 
 {% if c and c.partition_skew %}{% set k = c.partition_skew %}
 <h2>Event-time skew between the values of {{ k.column }}</h2>
@@ -123,6 +126,7 @@ _CHECKPOINT = """{% extends "layout" %}{% block body %}
 <td><span class="badge {{ severity_class(f.severity) }}">{{ f.severity }}</span></td><td class="rule">{{ f.rule }}</td>
 <td class="num">{{ f.batch_id if f.batch_id is not none else '-' }}</td><td><code>{{ f.file or '-' }}</code></td><td>{{ f.message }}</td></tr>
 {% endfor %}</table>{% else %}<p id="findings">No findings: the watermark never moved backwards in the {{ d.chart.total }} batches retained.</p>{% endif %}
+{% include "restart" %}
 
 <h2>Rows dropped by the watermark, per run</h2>
 {% set runs = d.runs[-runs_limit:] %}{% set first_run = d.runs|length - runs|length %}
@@ -144,6 +148,52 @@ The drop rate is late rows over input rows. Spark's count (<code>numRowsDroppedB
 {% if d.problems %}<h2>Problems</h2><ul id="problems">{% for p in d.problems %}<li class="err">{{ p }}</li>{% endfor %}</ul>{% endif %}
 {% endblock %}"""
 
+# --------------------------------------------------------------------------------------------
+# The state store and the restart (core.state.detail, core.state.summary)
+
+_STATE_CODES = {"state_unbounded": ("unbounded", "bad"), "state_growing": ("growing", "warn"),
+                "state_never_compacted": ("not compacted", "warn"), "state_files_accumulating": ("files pile up", "warn"),
+                "unreadable": ("unreadable", "bad")}
+_VERDICT_CLASS = {"go": "good", "warn": "warn", "no_go": "bad"}
+_LEVEL_CLASS = {"no_go": "bad", "warn": "warn", "info": "info"}
+
+_STATE_CELL = """{% set st = row.state_store %}{% if st is none %}-{% elif not st.has_state_folder %}<span class="muted">stateless</span>
+{% else %}{{ st.rows if st.rows is not none else '?' }} rows{% if st.chain_length is not none %}, chain {{ st.chain_length }}{% endif %}
+{% for code in st.codes %}{% set b = state_badge(code) %}<span class="badge {{ b[1] }}" title="{{ code }}">{{ b[0] }}</span>{% endfor %}{% endif %}"""
+
+_STATE = """{% set st = d.state_store %}
+<h2 id="state-title">State store: rows held per stateful operator over batch ids</h2>
+{% if st is none %}<p class="muted" id="state-note">The state could not be read (see the problems).</p>
+{% elif not st.has_state_folder %}<p class="muted" id="state-note">No <code>state/</code> folder: a stateless query (or no batch ran yet).</p>
+{% else %}<p class="muted" id="state-note">{{ state_line(st) }}. The same batch ids as the watermark chart; rows from the progress log, else counted from the state files.
+Bytes on disk are not state size: eviction appends tombstones, bytes fall only when a snapshot is written.</p>
+{{ state_chart|safe }}
+<table id="state-store"><tr><th>op</th><th>operator</th><th>bounded by the watermark</th><th>rows now</th><th>chain a restart replays</th><th>newest snapshot</th><th>versions kept</th><th>on disk</th></tr>
+{% for op in st.operators %}<tr class="{{ 'bad' if op.bounded_by_watermark == false else '' }}"><td class="num">{{ op.operator_id }}</td>
+<td>{{ op.name or '?' }} <span class="muted">({{ op.provider or '?' }}, {{ op.partitions }} partition{{ '' if op.partitions == 1 else 's' }} × {{ op.stores|length }} store{{ '' if op.stores|length == 1 else 's' }})</span></td>
+<td>{% if op.bounded_by_watermark %}<span class="badge good">yes</span>{% elif op.bounded_by_watermark == false %}<span class="badge bad">no</span>{% else %}<span class="badge none">?</span>{% endif %}<div class="muted">{{ op.bound_reason }}</div></td>
+<td class="num">{{ op.rows if op.rows is not none else '-' }}{% if op.rows_batch_id is not none %} <span class="muted">(batch {{ op.rows_batch_id }}, {{ op.rows_source }})</span>{% endif %}{% if op.count_note %}<div class="muted">{{ op.count_note }}</div>{% endif %}</td>
+<td class="num chain">{{ op.chain_length }}</td><td class="num">{{ op.snapshot_version if op.snapshot_version is not none else 'none' }}</td>
+<td class="num">{{ op.versions_kept }}</td><td class="num">{{ size(op.bytes_on_disk) }}</td></tr>{% endfor %}</table>
+{% if st.findings %}<table id="state-findings"><tr><th>severity</th><th>finding</th><th>batch</th><th>file</th><th>message</th></tr>
+{% for f in st.findings %}<tr class="{{ 'bad' if f.severity == 'error' or f.code == 'state_unbounded' else 'warnrow' }}"><td><span class="badge {{ severity_class(f.severity) }}">{{ f.severity }}</span></td>
+<td class="rule">{{ f.code }}</td><td class="num">{{ f.batch_id if f.batch_id is not none else '-' }}</td><td><code>{{ f.file or '-' }}</code></td><td>{{ f.message }}</td></tr>{% endfor %}</table>
+{% else %}<p id="state-findings">No state finding: every operator is bounded, its rows do not only grow, its chain is short.</p>{% endif %}
+{% endif %}"""
+
+_RESTART_BADGE = """{% for code in (d.state_store.findings if d.state_store else [])|map(attribute='code')|unique %}{% set b = state_badge(code) %}<span class="badge {{ b[1] }} state-badge">state: {{ b[0] }}</span> {% endfor %}
+{% if d.diagnosis %}<span class="badge bad" id="restart-badge">restart refused</span>{% elif d.preflight %}<span class="badge {{ verdict_class(d.preflight.verdict) }}" id="restart-badge">restart: {{ d.preflight.verdict|replace('_', '-') }}</span>{% endif %}"""
+
+_RESTART = """<h2 id="restart-title">Next restart</h2>
+{% if d.diagnosis %}{% set g = d.diagnosis %}<div id="diagnosis"><p class="err">{{ g.line }}</p>
+<p class="muted">Refused by {{ 'Spark' if g.refused_by == 'spark' else 'watermark-ops (the start check, before Spark)' }}{% if g.timestamp_ms %} at {{ iso(g.timestamp_ms) }}{% endif %}{% if g.spark_error_class %}: <code>{{ g.spark_error_class }}</code>{% endif %}; from <code>{{ d.location }}.diagnosis.json</code>, removed by the next run that finishes.</p></div>{% endif %}
+{% if d.preflight %}{% set p = d.preflight %}<p id="preflight">Preflight: <span class="badge {{ verdict_class(p.verdict) }}">{{ p.verdict|replace('_', '-') }}</span>
+<span class="muted">what the files alone say about the next start (head batch {{ p.head_batch_id if p.head_batch_id is not none else 'none' }}); with the next run's confs and Spark: <code>watermark-ops preflight CHECKPOINT --conf KEY=VALUE --spark-version X</code>.</span></p>
+{% if p.findings %}<table id="preflight-findings"><tr><th>level</th><th>code</th><th>file</th><th>what Spark does</th><th>recipe</th></tr>
+{% for f in p.findings %}<tr class="{{ 'bad' if f.level == 'no_go' else '' }}"><td><span class="badge {{ level_class(f.level) }}">{{ f.level|replace('_', '-') }}</span></td><td class="rule">{{ f.code }}</td>
+<td><code>{{ f.file or '-' }}</code></td><td>{{ f.message }}</td><td>{{ f.recipe }}</td></tr>{% endfor %}</table>{% endif %}
+{% else %}<p class="muted" id="preflight">No preflight: nothing read.</p>{% endif %}"""
+
 _ERROR = """{% extends "layout" %}{% block body %}
 <p class="muted"><a href="{{ base }}/">All watermarks</a></p>
 <h1>{{ title }}</h1><p class="err">{{ message }}</p>{% endblock %}"""
@@ -154,15 +204,32 @@ def _environment():
     from jinja2 import DictLoader, Environment, StrictUndefined
 
     env = Environment(loader=DictLoader({"layout": _LAYOUT, "overview": _OVERVIEW, "checkpoint": _CHECKPOINT,
-                                         "error": _ERROR}),
+                                         "error": _ERROR, "state": _STATE, "state_cell": _STATE_CELL,
+                                         "restart": _RESTART, "restart_badge": _RESTART_BADGE}),
                       autoescape=True, undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.globals.update(
         css=_CSS, iso=iso_utc, words=_words, percent=_percent,
         state_class=lambda state: _STATE_CLASS.get(state, "none"),
         severity_class=lambda severity: _SEVERITY_CLASS.get(severity, "none"),
         audit_class=lambda status: _AUDIT_CLASS.get(status, "none"),
+        state_badge=lambda code: _STATE_CODES.get(code, (code, "warn")),
+        verdict_class=lambda verdict: _VERDICT_CLASS.get(verdict, "none"),
+        level_class=lambda level: _LEVEL_CLASS.get(level, "none"),
+        state_line=_state_line, size=_size,
     )
     return env
+
+
+def _state_line(document: dict[str, Any]) -> str:
+    from watermark_ops.render import state_store_line
+
+    return state_store_line(document)
+
+
+def _size(n: int | None) -> str:
+    from watermark_ops.render import _bytes_text
+
+    return "-" if n is None else _bytes_text(n)
 
 
 def _words(ms: int | None) -> str:
@@ -206,7 +273,8 @@ def checkpoint_page(detail: dict[str, Any], *, base: str, json_url: str, runs_li
     classification = detail.get("classification")
     return _environment().get_template("checkpoint").render(
         title=f"Watermark of {detail['name']}", d=detail, s=detail["status"], c=classification, base=base,
-        json_url=json_url, runs_limit=runs_limit, findings_limit=FINDINGS_LIMIT, chart=watermark_chart_svg(detail["chart"], detail["status"].get("in_flight_batch")))
+        json_url=json_url, runs_limit=runs_limit, findings_limit=FINDINGS_LIMIT, chart=watermark_chart_svg(detail["chart"], detail["status"].get("in_flight_batch")),
+        state_chart=state_chart_svg(detail.get("state_store"), detail["chart"]))
 
 
 def error_page(title: str, message: str, *, base: str) -> str:
@@ -320,5 +388,67 @@ def watermark_chart_svg(chart: dict[str, Any], in_flight_batch: int | None = Non
     if in_flight_batch is not None and first <= in_flight_batch <= last:
         marks.append(f'<text x="{x(in_flight_batch):.1f}" y="{axis - 6}" class="t" text-anchor="end" '
                      f'fill="#f97316">batch {in_flight_batch} in flight</text>')
+    marks.append("</svg>")
+    return "".join(marks)
+
+
+_OPERATOR_COLORS = ("#0b63c5", "#c2410c", "#15803d", "#7c3aed", "#be123c", "#0f766e")
+
+
+def state_chart_svg(state_store: dict[str, Any] | None, chart: dict[str, Any]) -> str:
+    """Inline SVG: the rows each stateful operator holds after each batch, over the batch ids of
+    the watermark chart (the same x axis: its first and last batch drawn), one step line per
+    operator (a dashed one for an operator no watermark bounds), a legend; "" without operators.
+
+    :param state_store: ``checkpoint_detail(...)["state_store"]`` (operators with ``series``).
+    :param chart: ``checkpoint_detail(...)["chart"]``.
+    """
+    operators = [op for op in (state_store or {}).get("operators", ()) if op.get("series")]
+    points = chart["points"]
+    if not operators or not points:
+        return ""
+    first, last = points[0]["batch_id"], points[-1]["batch_id"]
+    x = _scale(first, last if last > first else first + 1, _LEFT + 8, _WIDTH - _RIGHT - 8)
+    top, legend = _TOP, 16 * len(operators)
+    height = top + _PANEL + 40 + legend
+    bottom = top + _PANEL
+    values = [v for op in operators for v in op["series"]["rows"] if v is not None]
+    marks = [f'<svg xmlns="http://www.w3.org/2000/svg" id="state-chart" width="{_WIDTH}" height="{height}" '
+             f'viewBox="0 0 {_WIDTH} {height}" role="img" aria-label="rows held per stateful operator over batch ids">',
+             "<style>.t{font:11px system-ui,sans-serif;fill:#3e4c59}.frame{fill:#fbfcfd;stroke:#cbd2d9}</style>",
+             f'<text x="{_LEFT}" y="{top - 6}" class="t">rows held after the batch (state store)</text>',
+             f'<rect x="{_LEFT}" y="{top}" width="{_WIDTH - _LEFT - _RIGHT}" height="{_PANEL}" class="frame"/>']
+    hi = max(values, default=0)
+    y = _scale(0, hi if hi > 0 else 1, bottom - 8, top + 8)
+    for value in sorted({0, hi, hi // 2}):
+        marks.append(f'<text x="{_LEFT - 6}" y="{y(value) + 4:.1f}" class="t" text-anchor="end">{value:,}</text>')
+    if not values:
+        marks.append(f'<text x="{_LEFT + 10}" y="{top + 20}" class="t">no rows known for these batches</text>')
+    for index, op in enumerate(operators):
+        color = _OPERATOR_COLORS[index % len(_OPERATOR_COLORS)]
+        known = [(b, v) for b, v in zip(op["series"]["batch_ids"], op["series"]["rows"]) if v is not None]
+        path, previous = [], None
+        for n, (batch_id, value) in enumerate(known):
+            px, py = x(batch_id), y(value)
+            if n:
+                path.append(f"L{px:.1f},{previous:.1f}")
+            path.append(f"{'M' if not n else 'L'}{px:.1f},{py:.1f}")
+            previous = py
+        dash = ' stroke-dasharray="6 3"' if op["bounded_by_watermark"] is False else ""
+        if path:
+            marks.append(f'<path d="{" ".join(path)}" fill="none" stroke="{color}" stroke-width="1.6"{dash}>'
+                         f'<title>operator {op["operator_id"]} ({_esc(op["name"] or "?")})</title></path>')
+        if len(known) <= 120:
+            marks.extend(f'<circle cx="{x(b):.1f}" cy="{y(v):.1f}" r="2.2" fill="{color}"><title>batch {b}: {v} rows'
+                         f'</title></circle>' for b, v in known)
+        ly = bottom + 40 + 16 * index
+        bound = {True: "bounded by the watermark", False: "NOT bounded: no watermark evicts it", None: "bound unknown"}
+        marks.append(f'<line x1="{_LEFT}" y1="{ly - 4}" x2="{_LEFT + 24}" y2="{ly - 4}" stroke="{color}" '
+                     f'stroke-width="2"{dash}/><text x="{_LEFT + 30}" y="{ly}" class="t">operator {op["operator_id"]} '
+                     f'{_esc(op["name"] or "?")}: {bound[op["bounded_by_watermark"]]}</text>')
+    ticks = sorted({first, last, *(first + (last - first) * k // 4 for k in range(1, 4))})
+    for tick in ticks:
+        marks.append(f'<text x="{x(tick):.1f}" y="{bottom + 14}" class="t" text-anchor="middle">{tick}</text>')
+    marks.append(f'<text x="{(_LEFT + _WIDTH) / 2:.0f}" y="{bottom + 28}" class="t" text-anchor="middle">batch id</text>')
     marks.append("</svg>")
     return "".join(marks)

@@ -11,6 +11,9 @@ Every option is optional: the checkpoints DAG tasks touch register themselves
 * ``checkpoints``: checkpoints to know although no DAG task touches them (or to give them
   thresholds, landings, a note): a JSON list of entries, or ``{"defaults": {...}, "checkpoints": [...]}``.
 * ``monitor_config``: the path of a JSON file of the same form (read at every use).
+* ``state_alarms``: the state findings the ``watermark_monitor`` DAG alarms on, comma-separated
+  (default ``state_unbounded,state_growing``; ``none``: no state alarm, and the monitor does not
+  read the state at all); an entry's ``state_alarms`` (a list) overrides it.
 
 An entry::
 
@@ -22,8 +25,10 @@ An entry::
      <threshold>: value, ...}
 
 Thresholds are those of :class:`watermark_ops.core.thresholds.Thresholds` (ISO-8601 durations such
-as ``PT6H``, seconds, or null to disable; ``stall_batches`` a count); ``defaults`` apply to every
-entry. ``$NAME`` / ``${NAME}`` in ``checkpoint``, ``landings`` and ``late_sink`` are expanded from the
+as ``PT6H``, seconds, or null to disable; ``stall_batches`` a count) and of the state findings,
+:class:`watermark_ops.core.thresholds.StateThresholds` (``growing_batches``, ``max_chain``,
+``max_versions_over_retain``: counts, or null to disable), with ``state_alarms`` (a list of state
+rules, ``[]`` for none); ``defaults`` apply to every entry. ``$NAME`` / ``${NAME}`` in ``checkpoint``, ``landings`` and ``late_sink`` are expanded from the
 environment when read (an unset variable is an error).
 """
 
@@ -37,13 +42,20 @@ from typing import Any
 
 from watermark_ops.core.roots import CheckpointRoots
 
-__all__ = ["ENTRY_KEYS", "SECTION", "THRESHOLD_KEYS", "configured_checkpoints", "configured_roots", "parse_entries"]
+__all__ = ["DEFAULT_STATE_ALARMS", "ENTRY_KEYS", "HEALTH_KEYS", "SECTION", "STATE_THRESHOLD_KEYS", "THRESHOLD_KEYS",
+           "configured_checkpoints", "configured_roots", "configured_state_alarms", "parse_entries", "state_alarm_rules"]
 
 SECTION = "watermark_ops"
 THRESHOLD_KEYS = ("idle_after", "max_idle", "max_lag", "max_skew", "stall_window", "stall_batches",
                   "max_partition_skew")
+#: The state findings' thresholds (:class:`watermark_ops.core.thresholds.StateThresholds`) and the
+#: state rules an entry alarms on: given like the stall's thresholds, kept with them.
+STATE_THRESHOLD_KEYS = ("growing_batches", "max_chain", "max_versions_over_retain")
+HEALTH_KEYS = (*THRESHOLD_KEYS, *STATE_THRESHOLD_KEYS, "state_alarms")
 ENTRY_KEYS = ("checkpoint", "name", "missing_ok", "note", "dag_ids", "landings", "late_sink", "conn_id",
-              "storage_options", *THRESHOLD_KEYS)
+              "storage_options", *HEALTH_KEYS)
+#: What the monitor alarms on by default: a state no watermark evicts, and one that grows anyway.
+DEFAULT_STATE_ALARMS = ("state_unbounded", "state_growing")
 _UNSET = re.compile(r"\$\{?\w+\}?")
 
 
@@ -74,6 +86,33 @@ def configured_roots() -> CheckpointRoots:
         return CheckpointRoots.of(roots)
     except ValueError as exc:
         raise ValueError(f"[{SECTION}] checkpoint_roots: {exc}") from exc
+
+
+def state_alarm_rules(value: Any, where: str) -> tuple[str, ...]:
+    """State rules from ``"a,b"`` / ``"none"`` / ``""`` (the default) / a list.
+
+    :raises ValueError: naming ``where``, for an unknown rule or another type.
+    """
+    from watermark_ops.core.state.rules import STATE_RULES
+
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return DEFAULT_STATE_ALARMS
+    if isinstance(value, str):
+        value = [] if value.strip().lower() == "none" else [v.strip() for v in value.split(",") if v.strip()]
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"{where}: state_alarms: expected a list of state rules, got {value!r}")
+    unknown = sorted(set(value) - set(STATE_RULES))
+    if unknown:
+        raise ValueError(f"{where}: state_alarms: unknown state rules {unknown}; expected some of {sorted(STATE_RULES)}")
+    return tuple(value)
+
+
+def configured_state_alarms() -> tuple[str, ...]:
+    """``[watermark_ops] state_alarms`` (default :data:`DEFAULT_STATE_ALARMS`; ``none``: ()).
+
+    :raises ValueError: naming the option, for an unknown rule.
+    """
+    return state_alarm_rules(_option("state_alarms"), f"[{SECTION}]")
 
 
 def configured_checkpoints() -> list[dict[str, Any]]:
@@ -114,7 +153,7 @@ def parse_entries(text: str, where: str) -> list[dict[str, Any]]:
     :param where: what the text is (a file path or the option's name), for the error messages.
     :raises ValueError: as :func:`configured_checkpoints`, each message starting with ``where``.
     """
-    from watermark_ops.core.thresholds import Thresholds
+    from watermark_ops.core.thresholds import StateThresholds, Thresholds
 
     try:
         config = json.loads(text)
@@ -128,9 +167,9 @@ def parse_entries(text: str, where: str) -> list[dict[str, Any]]:
     if unknown:
         raise ValueError(f"{where}: unknown keys {sorted(unknown)}; expected 'defaults', 'checkpoints', 'about'")
     defaults = config.get("defaults") or {}
-    if not isinstance(defaults, dict) or set(defaults) - set(THRESHOLD_KEYS):
-        raise ValueError(f"{where}: defaults: unknown keys {sorted(set(defaults) - set(THRESHOLD_KEYS))}; "
-                         f"expected {list(THRESHOLD_KEYS)}")
+    if not isinstance(defaults, dict) or set(defaults) - set(HEALTH_KEYS):
+        raise ValueError(f"{where}: defaults: unknown keys {sorted(set(defaults) - set(HEALTH_KEYS))}; "
+                         f"expected {list(HEALTH_KEYS)}")
     out = []
     for index, entry in enumerate(config.get("checkpoints") or []):
         label = f"{where}: checkpoints[{index}]"
@@ -149,9 +188,14 @@ def parse_entries(text: str, where: str) -> list[dict[str, Any]]:
         if entry.get("storage_options") is not None and not isinstance(entry["storage_options"], dict):
             raise ValueError(f"{label}: 'storage_options' must be an object, got {entry['storage_options']!r}")
         location = _expand(entry["checkpoint"], label)
-        thresholds = {k: entry.get(k, defaults.get(k)) for k in THRESHOLD_KEYS if k in entry or k in defaults}
+        thresholds = {k: entry.get(k, defaults.get(k)) for k in HEALTH_KEYS if k in entry or k in defaults}
         try:
-            Thresholds(**thresholds)
+            Thresholds(**{k: v for k, v in thresholds.items() if k in THRESHOLD_KEYS})
+            StateThresholds(**{k: v for k, v in thresholds.items() if k in STATE_THRESHOLD_KEYS})
+            if "state_alarms" in thresholds:
+                if not isinstance(thresholds["state_alarms"], list):
+                    raise ValueError(f"state_alarms: expected a list of state rules, got {thresholds['state_alarms']!r}")
+                state_alarm_rules(thresholds["state_alarms"], "entry")
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{label} ({location}): {exc}") from exc
         out.append({

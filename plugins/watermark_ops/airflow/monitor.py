@@ -18,6 +18,16 @@ So a cycle costs 2 task instances, or 1 plus one per alarm, whatever the number 
 checkpoints (the issue 21 measurement: one sensor task instance per checkpoint cost 1.4 s of
 scheduling each for about 2 ms of work).
 
+The state store: each evaluation also keeps the checkpoint's state summary in its view (depth
+``rows``, :mod:`watermark_ops.core.state.summary`: read only when the checkpoint has new batches,
+so an unchanged checkpoint costs no request more) and each finding whose rule is in the
+checkpoint's ``state_alarms`` (``[watermark_ops] state_alarms``, default ``state_unbounded`` and
+``state_growing``; an entry's own list overrides it; thresholds ``growing_batches`` ... like the
+stall's) is an alarm of its own: a mapped ``alarm`` task instance named ``<checkpoint>:
+<rule>``, whose payload (what the webhook posts) carries the ``finding`` and the ``state_store``
+summary. Such an alarm repeats every cycle while the finding holds (an unbounded state holds for
+the life of the checkpoint): set the entry's ``"state_alarms": []`` once it is known and accepted.
+
 One checkpoint's evaluation (:func:`evaluate_entry`) never hides another's: a checkpoint that
 cannot be read (a corrupt offsets file, a missing connection, storage errors) becomes an alarm of
 its own (``state`` None, ``unreadable`` in the counts, the message and problems naming the files);
@@ -82,6 +92,40 @@ def _thresholds(entry: dict[str, Any]) -> Any:
     return Thresholds(**{k: entry[k] for k in THRESHOLD_KEYS if k in entry})
 
 
+def _state_thresholds(entry: dict[str, Any]) -> Any:
+    from watermark_ops.airflow.config import STATE_THRESHOLD_KEYS
+    from watermark_ops.core.thresholds import StateThresholds
+
+    return StateThresholds(**{k: entry[k] for k in STATE_THRESHOLD_KEYS if k in entry})
+
+
+def _state_alarms(entry: dict[str, Any], default: Iterable[str] | None) -> tuple[str, ...]:
+    """The state rules this entry alarms on: its own ``state_alarms``, else ``default``, else
+    :data:`watermark_ops.airflow.config.DEFAULT_STATE_ALARMS`."""
+    from watermark_ops.airflow.config import DEFAULT_STATE_ALARMS, state_alarm_rules
+
+    if "state_alarms" in entry:
+        return state_alarm_rules(list(entry["state_alarms"] or []), entry["checkpoint"])
+    return DEFAULT_STATE_ALARMS if default is None else tuple(default)
+
+
+def _state_payloads(entry: dict[str, Any], name: str, view: Any, rules: tuple[str, ...]) -> tuple[list, Any]:
+    """``(alarm payloads, state document)``: one alarm per finding of the view's state summary whose
+    rule is in ``rules``."""
+    summary = getattr(view, "state_store", None)
+    if summary is None:
+        return [], None
+    from watermark_ops.core.state.summary import finding_document
+
+    thresholds = _state_thresholds(entry)
+    found = summary.findings(thresholds)
+    document = summary.document(thresholds, found)
+    location = entry["checkpoint"]
+    return [{"location": location, "name": name, "kind": "state_store", "state": None, "alarm": True,
+             "outcome": "fail", "rule": f.rule, "finding": finding_document(f), "state_store": document,
+             "message": f"{name}: {f.rule}: {f.message}"} for f in found if f.rule in rules], document
+
+
 def _unreadable(entry: dict[str, Any], message: str, problems: Iterable[Any] = ()) -> dict[str, Any]:
     name = entry.get("name") or entry["checkpoint"]
     return {"location": entry["checkpoint"], "name": name, "state": None, "alarm": True, "outcome": "fail",
@@ -140,7 +184,8 @@ def migrate_tail_files(memory: Any, entries: Iterable[dict[str, Any]], folder: s
     return migrated
 
 
-def evaluate_entry(entry: dict[str, Any], *, at: Any = None, memory: Any = None) -> dict[str, Any]:
+def evaluate_entry(entry: dict[str, Any], *, at: Any = None, memory: Any = None,
+                   state_alarms: Iterable[str] | None = None) -> dict[str, Any]:
     """Evaluate one watched checkpoint; never raises.
 
     :param entry: one item of :func:`watermark_ops.airflow.registry.monitor_checkpoints`:
@@ -157,10 +202,15 @@ def evaluate_entry(entry: dict[str, Any], *, at: Any = None, memory: Any = None)
     :param memory: where the views are kept (:class:`watermark_ops.airflow.memory.ViewBundle` on
         the registry asset, or any store of :func:`watermark_ops.core.view.load_view`); None: a
         read of the window, nothing remembered.
+    :param state_alarms: the state rules that alarm (the entry's ``state_alarms`` overrides);
+        None: ``state_unbounded`` and ``state_growing``; empty: the state is not read.
     :return: ``{"counted": state | "missing" | "unreadable", "alarm": bool, "payload": dict | None,
         "requests": {"list": n, "get": n, "head": n, "listed": 0 | 1} | None (what the read of the
         checkpoint's logs cost, :attr:`watermark_ops.core.view.View.requests`; the progress log not
-        counted), "remembered": bool (a previous view was found)}``; ``payload`` (for an alarm; None otherwise) is what a
+        counted), "remembered": bool (a previous view was found), "state_alarms": [payload] (one
+        per state finding alarmed on: ``{"location", "name", "kind": "state_store", "state": None,
+        "alarm": True, "outcome": "fail", "rule", "finding", "state_store", "message"}``)}``;
+        ``payload`` (for an alarm of the watermark; None otherwise) is what a
         ``WatermarkStallSensor`` would push: the classification
         (:meth:`~watermark_ops.core.stall.Classification.to_dict`) plus ``outcome`` (``"fail"``),
         ``message`` and ``name`` (the registry's ``<DAG id> / <query>`` or the configured name, else the
@@ -180,11 +230,13 @@ def evaluate_entry(entry: dict[str, Any], *, at: Any = None, memory: Any = None)
             previous = load_view(memory, location)
         except Exception as exc:  # noqa: BLE001 - the memory only saves reads: never the cycle's failure
             log.warning("%s: the remembered view cannot be loaded (%r): read again", location, exc)
-    out: dict[str, Any] = {"requests": None, "remembered": previous is not None}
+    out: dict[str, Any] = {"requests": None, "remembered": previous is not None, "state_alarms": []}
     try:
+        rules = _state_alarms(entry, state_alarms)
         kwargs: dict[str, Any] = {"goal": "healthy", "thresholds": _thresholds(entry),
                                   "missing_ok": bool(entry.get("missing_ok")), "at": at,
-                                  "storage_options": entry.get("storage_options"), "filesystem": _filesystem(entry)}
+                                  "storage_options": entry.get("storage_options"), "filesystem": _filesystem(entry),
+                                  "state_store": "rows" if rules else None}
         try:
             result, view = check_tail(location, previous, **kwargs)
         except StallInputError:
@@ -197,6 +249,7 @@ def evaluate_entry(entry: dict[str, Any], *, at: Any = None, memory: Any = None)
             result, view = check_tail(location, None, **kwargs)
         if view is not None:
             out["requests"] = {k: int(v) for k, v in view.requests.items()}
+            out["state_alarms"], out["state_store"] = _state_payloads(entry, name, view, rules)
             if memory is not None:
                 try:
                     save_view(memory, location, view, previous=previous)
@@ -217,7 +270,8 @@ def evaluate_entry(entry: dict[str, Any], *, at: Any = None, memory: Any = None)
     base = c.to_dict() if c is not None else _unreadable(entry, result.message)
     message = result.message if name == location else f"{name}: {result.message}"
     return {**out, "counted": counted, "alarm": True,
-            "payload": {**base, "name": name, "outcome": "fail", "message": message}}
+            "payload": {**base, "name": name, "outcome": "fail", "message": message,
+                        "state_store": out.get("state_store")}}
 
 
 def _filesystem(entry: dict[str, Any]) -> Any:
@@ -230,9 +284,10 @@ def _filesystem(entry: dict[str, Any]) -> Any:
 
 
 def evaluate_checkpoints(entries: list[dict[str, Any]], *, at: Any = None, memory: Any = None,
-                         concurrency: int = MONITOR_CONCURRENCY) -> list[dict[str, Any]]:
+                         concurrency: int = MONITOR_CONCURRENCY,
+                         state_alarms: Iterable[str] | None = None) -> list[dict[str, Any]]:
     """:func:`evaluate_entry` for every entry, ``concurrency`` at a time (threads), in entry order,
-    each through ``memory`` (where the views are kept; shared by the threads).
+    each through ``memory`` (where the views are kept; shared by the threads), with ``state_alarms``.
 
     :raises ValueError: ``concurrency`` below 1.
     """
@@ -252,7 +307,7 @@ def evaluate_checkpoints(entries: list[dict[str, Any]], *, at: Any = None, memor
                 pass
     with ThreadPoolExecutor(max_workers=min(concurrency, len(entries)),
                             thread_name_prefix="watermark-monitor") as pool:
-        results = list(pool.map(lambda e: evaluate_entry(e, at=at, memory=memory), entries))
+        results = list(pool.map(lambda e: evaluate_entry(e, at=at, memory=memory, state_alarms=state_alarms), entries))
     return results
 
 
@@ -260,7 +315,8 @@ def summarize(results: list[dict[str, Any]], *, seconds: float | None = None) ->
     """The cycle's summary: small whatever the number of checkpoints.
 
     :return: ``{"checkpoints": int (watched), "counts": {state | "missing" | "unreadable": int},
-        "alarm_count": int, "alarms": [payload, ...] (in full, in watch order), "remembered": int
+        "alarm_count": int, "alarms": [payload, ...] (in full, in watch order: a checkpoint's
+        watermark alarm, then its state alarms), "state_alarm_count": int, "remembered": int
         (checkpoints whose previous tail was found), "requests": {"list": n, "get": n, "head": n,
         "listed": checkpoints that had to list} (summed over the checkpoints whose read reported them), "seconds": float | None (wall time of
         the evaluations)}``.
@@ -271,9 +327,9 @@ def summarize(results: list[dict[str, Any]], *, seconds: float | None = None) ->
         counts[r["counted"]] = counts.get(r["counted"], 0) + 1
         for kind, n in (r.get("requests") or {}).items():
             requests[kind] = requests.get(kind, 0) + n
-    alarms = [r["payload"] for r in results if r["alarm"]]
+    alarms = [a for r in results for a in ([r["payload"]] if r["alarm"] else []) + list(r.get("state_alarms") or ())]
     return {"checkpoints": len(results), "counts": dict(sorted(counts.items())), "alarm_count": len(alarms),
-            "alarms": alarms, "remembered": sum(1 for r in results if r.get("remembered")),
+            "alarms": alarms, "state_alarm_count": sum(len(r.get("state_alarms") or ()) for r in results), "remembered": sum(1 for r in results if r.get("remembered")),
             "requests": dict(sorted(requests.items())), "seconds": None if seconds is None else round(seconds, 3)}
 
 
@@ -292,7 +348,10 @@ def watch_cycle(context: Any, *, concurrency: int | None = None) -> list[dict[st
     from watermark_ops.airflow.memory import ViewBundle
     from watermark_ops.airflow.registry import CHECKPOINT_REGISTRY, monitor_checkpoints
 
+    from watermark_ops.airflow.config import configured_state_alarms
+
     entries = monitor_checkpoints(context)
+    state_alarms = configured_state_alarms()
     if concurrency is None:
         from airflow.sdk.configuration import conf
 
@@ -307,7 +366,7 @@ def watch_cycle(context: Any, *, concurrency: int | None = None) -> list[dict[st
     if memory is not None:
         migrate_tail_files(memory, entries)
     started = time.monotonic()
-    results = evaluate_checkpoints(entries, memory=memory, concurrency=concurrency)
+    results = evaluate_checkpoints(entries, memory=memory, concurrency=concurrency, state_alarms=state_alarms)
     if memory is not None:
         try:
             memory.flush()
@@ -325,12 +384,13 @@ def watch_cycle(context: Any, *, concurrency: int | None = None) -> list[dict[st
 def raise_alarm(context: Any, alarm: dict[str, Any]) -> None:
     """The ``alarm`` task: name the checkpoint (``context["checkpoint"]``, rendered by the task's
     ``map_index_template``: its name, ``<DAG id> / <query>`` for a registered one, else its
-    location), then fail with the alarm as the exception's payload.
+    location; ``<name>: <rule>`` for a state alarm), then fail with the alarm as the exception's payload.
 
     :raises watermark_ops.airflow.sensors.WatermarkAlarm: always (no retries: the evaluation is the
         ``watch`` task's).
     """
     from watermark_ops.airflow.sensors import WatermarkAlarm
 
-    context["checkpoint"] = alarm.get("name") or alarm.get("location")
+    named = alarm.get("name") or alarm.get("location")
+    context["checkpoint"] = f"{named}: {alarm['rule']}" if alarm.get("kind") == "state_store" else named
     raise WatermarkAlarm(alarm.get("message") or f"{alarm.get('location')}: alarm", alarm)

@@ -29,6 +29,8 @@ The JSON alert::
      "lag_ms": int | null, "idle_ms": int | null,
      "latest_batch": {"batch_id": int, "timestamp_ms": int, "time": str} | null,
      "reasons": [str], "hints": [str],
+     "kind": "watermark" | "state_store", "finding": {"code", "rule", "severity", "batch_id", "file",
+     "message"} | null (a state alarm's: state_unbounded, state_growing, ...), "state_store": {...} | null,
      "dag_id": str | null, "run_id": str | null, "task_id": str | null, "map_index": int | null,
      "try_number": int | null, "deadline": {"id", "deadline_time"} | null}
 
@@ -184,6 +186,9 @@ class WatermarkWebhookNotifier(BaseNotifier):
             },
             "reasons": list(c.get("reasons") or []),
             "hints": list(c.get("hints") or []),
+            "kind": c.get("kind") or "watermark",
+            "finding": c.get("finding"),
+            "state_store": c.get("state_store"),
             "dag_id": _get(ti, "dag_id") or _get(dag_run, "dag_id") or _get(context.get("dag"), "dag_id"),
             "run_id": _get(ti, "run_id") or _get(dag_run, "run_id"),
             "task_id": _get(ti, "task_id"),

@@ -42,6 +42,13 @@ class WatermarkAuditOperator(BaseOperator):
       (``AirflowException``: storage may be back on the next try); soft mode warns;
     * warnings are logged, info findings (the in-flight batch, an accepted reset) too.
 
+    The state store: the audit also reads the stateful operators' state when the checkpoint has
+    new batches (:mod:`watermark_ops.core.state.summary`) and adds the state findings to its own
+    as warnings (``state_unbounded``, ``state_growing``, ``state_never_compacted``,
+    ``state_files_accumulating``: logged, never a failure; a state file that cannot be read is
+    ``unreadable``, as any checkpoint file); the XCom's ``state_store`` is the summary (operators,
+    rows now, bounded or not, the chain a restart replays) and the log shows it under the table.
+
     A deliberate checkpoint reset (the checkpoint deleted and the query started again: a new query
     id in ``metadata``) is a ``checkpoint_reset`` violation unless it was accepted beforehand. With
     ``accept_reset`` (the reason, e.g. ``"OPS-123: checkpoint deleted after a state schema
@@ -69,6 +76,9 @@ class WatermarkAuditOperator(BaseOperator):
         None or empty: none is.
     :param full: read every file of the checkpoint again instead of the new batches only (for a
         suspected old file changed by hand); the memory is updated as after any audit.
+    :param state_store: read the state store and report it (default True).
+    :param state_thresholds: :class:`~watermark_ops.core.thresholds.StateThresholds` or its dict
+        (e.g. ``{"growing_batches": 24, "max_chain": 50}``); default the defaults.
 
     What is read: with a remembered view of the checkpoint (the previous audit's, a sensor's, the
     monitor's; :mod:`watermark_ops.core.view`), only ``metadata``, the new batches' files by name
@@ -82,7 +92,7 @@ class WatermarkAuditOperator(BaseOperator):
     def __init__(self, *, checkpoint: str, memory_asset: Asset | None = AUDIT_MEMORY_ASSET, soft: bool = False,
                  storage_options: dict[str, Any] | None = None, table_limit: int = DEFAULT_LIMIT,
                  accept_reset: str | None = None, conn_id: str | None = None, full: bool = False,
-                 **kwargs: Any) -> None:
+                 state_store: bool = True, state_thresholds: Any = None, **kwargs: Any) -> None:
         if memory_asset is not None:
             outlets = list(kwargs.pop("outlets", None) or [])
             if memory_asset not in outlets:
@@ -98,6 +108,11 @@ class WatermarkAuditOperator(BaseOperator):
         self.accept_reset = accept_reset
         self.conn_id = conn_id
         self.full = full
+        self.state_store = bool(state_store)
+        from watermark_ops.core.thresholds import StateThresholds
+
+        self.state_thresholds = (state_thresholds if isinstance(state_thresholds, StateThresholds)
+                                 else StateThresholds.from_dict(dict(state_thresholds or {})))  # validated at parse time
 
     def _reading(self) -> dict[str, Any]:
         """``filesystem=`` / ``storage_options=`` for the core: the connection's filesystem when
@@ -147,7 +162,8 @@ class WatermarkAuditOperator(BaseOperator):
         try:
             if memory is not None and self.accept_reset and str(self.accept_reset).strip():
                 self._accept_reset(memory, context)
-            report = run_audit(self.checkpoint, memory, full=bool(self.full), **self._reading())
+            report = run_audit(self.checkpoint, memory, full=bool(self.full), state_store=self.state_store,
+                               state_thresholds=self.state_thresholds, **self._reading())
         except MemoryFormatError as exc:
             raise AirflowFailException(f"audit memory of {self.checkpoint} is malformed: {exc}") from exc
         self.log.info("Watermark audit of %s\n%s", self.checkpoint, audit_report_text(report, limit=self.table_limit))

@@ -69,12 +69,22 @@ def get_provider_info() -> dict[str, Any]:
                     "checkpoints": _option(
                         "Checkpoints no DAG task touches, to watch anyway: a JSON list of entries "
                         "({\"checkpoint\": location, thresholds, \"missing_ok\", \"landings\", \"late_sink\", "
-                        "\"dag_ids\", \"name\", \"note\"}) or an object {\"defaults\": {...}, \"checkpoints\": [...]}.",
+                        "\"dag_ids\", \"name\", \"note\", state thresholds (\"growing_batches\", \"max_chain\", "
+                        "\"max_versions_over_retain\"), \"state_alarms\": [state rules]}) or an object "
+                        "{\"defaults\": {...}, \"checkpoints\": [...]}.",
                         '[{"checkpoint": "s3://bucket/checkpoints/orders", "max_lag": "PT1H"}]'),
                     "monitor_config": _option(
                         "Path of a JSON file of the same form as 'checkpoints' (read at every use; "
                         "$VARIABLES in locations are expanded).",
                         "/opt/airflow/config/watermark_checkpoints.json"),
+                    "state_alarms": _option(
+                        "The state findings the watermark_monitor DAG alarms on, comma-separated: "
+                        "state_unbounded (no watermark can evict an operator's state), state_growing (rows "
+                        "rise while the watermark advances and nothing is removed), state_never_compacted, "
+                        "state_files_accumulating, unreadable. 'none': no state alarm (the monitor then does "
+                        "not read the state). An entry's \"state_alarms\" list overrides it; its thresholds "
+                        "(growing_batches, max_chain, max_versions_over_retain) are given like the stall's. "
+                        "Default state_unbounded,state_growing.", "state_unbounded,state_growing"),
                     "overview_max_age": dict(_option(
                         "Seconds one evaluation of the watermark overview serves every later view (every "
                         "user's: each sees its own rows of it). Past it, the next view reads what changed "

@@ -27,9 +27,15 @@ A checkpoint on object storage is read through an Airflow connection (``conn_id`
 connection for ``s3://``): :func:`watermark_ops.airflow.storage.checkpoint_filesystem`.
 
 Every evaluation's result is pushed to XCom as ``return_value`` (also when the task then fails):
-the classification (:meth:`watermark_ops.core.stall.Classification.to_dict`) plus ``outcome`` and
-``message``. A failure raises :class:`WatermarkAlarm` (no retries: evaluating the same files again
-gives the same answer), which carries that payload for notifiers.
+the classification (:meth:`watermark_ops.core.stall.Classification.to_dict`) plus ``outcome``,
+``message`` and ``state_store``: the stateful operators' state summary with its findings
+(:meth:`watermark_ops.core.state.summary.StateSummary.document`: operators, rows now, bounded by
+a watermark or not; ``state_unbounded``, ``state_growing``), read at depth ``rows`` when the
+checkpoint has new batches and remembered in the view (``state_store=False``: not read, None).
+The state never fails a sensor unless asked: ``fail_on_state=["state_unbounded"]`` fails the task
+(outcome ``fail``, at once: a state no watermark evicts does not heal by waiting) when such a
+finding exists. A failure raises :class:`WatermarkAlarm` (no retries: evaluating the same files
+again gives the same answer), which carries that payload for notifiers.
 """
 
 from __future__ import annotations
@@ -49,7 +55,8 @@ from airflow.sdk.exceptions import (
 from watermark_ops.airflow.registry import add_registry_inlet, register_checkpoint
 from watermark_ops.core.checks import Check, check_tail
 from watermark_ops.core.stall import StallInputError
-from watermark_ops.core.thresholds import DEFAULT_THRESHOLDS, Thresholds
+from watermark_ops.core.state.summary import state_options
+from watermark_ops.core.thresholds import DEFAULT_THRESHOLDS, StateThresholds, Thresholds
 from watermark_ops.core.times import instant_ms, iso_utc
 
 __all__ = ["WatermarkAlarm", "WatermarkReachedSensor", "WatermarkStallSensor"]
@@ -70,9 +77,10 @@ class WatermarkAlarm(AirflowFailException):
         self.payload = payload or {}
 
 
-def _payload(location: str, outcome: str, message: str, classification: dict[str, Any] | None) -> dict[str, Any]:
+def _payload(location: str, outcome: str, message: str, classification: dict[str, Any] | None,
+             state_store: dict[str, Any] | None = None) -> dict[str, Any]:
     base = classification or {"location": location, "state": None}
-    return {**base, "outcome": outcome, "message": message}
+    return {**base, "outcome": outcome, "message": message, "state_store": state_store}
 
 
 class _WatermarkSensor(BaseSensorOperator):
@@ -87,10 +95,14 @@ class _WatermarkSensor(BaseSensorOperator):
                  missing_ok: bool = False,
                  storage_options: dict[str, Any] | None = None, conn_id: str | None = None,
                  deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+                 state_store: bool = True, fail_on_state: Sequence[str] = (),
+                 state_thresholds: StateThresholds | dict[str, Any] | None = None,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         add_registry_inlet(self)
         self.checkpoint = checkpoint
+        self.state_store = bool(state_store)
+        self.fail_on_state, self.state_thresholds = state_options(fail_on_state, state_thresholds, self.state_store)
         # Validated here, at DAG parse time for static values and at mapping time for mapped ones.
         self.thresholds = Thresholds(idle_after=idle_after, max_idle=max_idle, max_lag=max_lag, max_skew=max_skew,
                                      stall_window=stall_window, stall_batches=stall_batches,
@@ -100,6 +112,7 @@ class _WatermarkSensor(BaseSensorOperator):
         self.conn_id = conn_id
         self.deferrable = deferrable
         self._last: dict[str, Any] | None = None
+        self._state_document: dict[str, Any] | None = None  # the last evaluation's state summary
         self._tail: Any = None  # the view the last poke left (View), kept between pokes in this process
         self._loaded: Any = None  # the view as stored, to write only what changed
         self._tail_memory: Any = None
@@ -124,6 +137,7 @@ class _WatermarkSensor(BaseSensorOperator):
     def _check(self, context: Any = None) -> Check:
         """One evaluation from the remembered view (:func:`check_tail`); remembers the new view."""
         from watermark_ops.airflow.storage import checkpoint_filesystem
+        from watermark_ops.core.state.summary import state_outcome
         from watermark_ops.core.view import load_view, save_view
 
         memory = self._memory(context)
@@ -137,9 +151,14 @@ class _WatermarkSensor(BaseSensorOperator):
             result, tail = check_tail(self.checkpoint, self._tail, goal=self.goal, thresholds=self.thresholds,
                                       target_ms=self._target_ms(), missing_ok=self.missing_ok,
                                       fail_on_jumped=getattr(self, "fail_on_jumped", True), filesystem=fs,
-                                      storage_options=None if fs is not None else self.storage_options)
+                                      storage_options=None if fs is not None else self.storage_options,
+                                      state_store="rows" if self.state_store else None)
         except StallInputError as exc:  # a corrupt or unreadable head: storage may recover, retries apply
             raise AirflowException(f"cannot classify the watermark of {self.checkpoint}: {exc}") from exc
+        result, self._state_document = state_outcome(result, tail, self.fail_on_state, self.state_thresholds)
+        if self._state_document is not None and self._state_document["findings"]:
+            self.log.warning("state store of %s: %s", self.checkpoint,
+                             "; ".join(f"{f['code']}: {f['message']}" for f in self._state_document["findings"]))
         self._tail = tail
         if tail is not None:
             counts = {k: n for k, n in tail.requests.items() if isinstance(n, int) and not isinstance(n, bool)}
@@ -154,9 +173,12 @@ class _WatermarkSensor(BaseSensorOperator):
                     self.log.warning("view of %s not remembered (the next process lists): %r", self.checkpoint, exc)
         return result
 
-    def _settle(self, context: Any, outcome: str, message: str, classification: dict[str, Any] | None) -> Any:
-        """End (or continue) the task for one outcome; returns the XCom value on ``done``, None on ``wait``."""
-        payload = _payload(self.checkpoint, outcome, message, classification)
+    def _settle(self, context: Any, outcome: str, message: str, classification: dict[str, Any] | None,
+                state_store: Any = False) -> Any:
+        """End (or continue) the task for one outcome; returns the XCom value on ``done``, None on
+        ``wait``. ``state_store``: the state summary's document (default: the last evaluation's)."""
+        payload = _payload(self.checkpoint, outcome, message, classification,
+                           self._state_document if state_store is False else state_store)
         self._last = payload
         if outcome == "wait":
             self.log.info("not yet: %s", message)
@@ -175,7 +197,7 @@ class _WatermarkSensor(BaseSensorOperator):
 
     def _waited_too_long(self, context: Any) -> WatermarkAlarm:
         """The alarm once ``timeout`` ran out on ``wait`` (at once with ``timeout`` 0); pushes the last evaluation."""
-        last = self._last or _payload(self.checkpoint, "wait", "no evaluation", None)
+        last = self._last or _payload(self.checkpoint, "wait", "no evaluation", None, self._state_document)
         waited = f" after waiting {self.timeout:g} s" if self.timeout > 0 else ""
         message = f"{'unhealthy' if self.goal == 'healthy' else 'target not reached'}{waited}: {last['message']}"
         payload = {**last, "outcome": "fail", "message": message}
@@ -224,6 +246,8 @@ class _WatermarkSensor(BaseSensorOperator):
                 target_ms=self._target_ms(), missing_ok=self.missing_ok,
                 fail_on_jumped=getattr(self, "fail_on_jumped", True), poll_interval=self.poke_interval,
                 timeout=timeout, storage_options=self.storage_options, conn_id=self.conn_id,
+                state_store=self.state_store, fail_on_state=list(self.fail_on_state),
+                state_thresholds=self.state_thresholds.to_dict(),
             ),
             method_name="execute_complete",
             # The trigger fires its own "timeout" event with the last classification; this
@@ -236,8 +260,9 @@ class _WatermarkSensor(BaseSensorOperator):
         status, message = event.get("status"), event.get("message", "")
         if status == "error":
             raise AirflowException(f"cannot classify the watermark of {self.checkpoint}: {message}")
+        self._state_document = event.get("state_store")
         if status == "timeout":
-            self._last = _payload(self.checkpoint, "wait", message, event.get("classification"))
+            self._last = _payload(self.checkpoint, "wait", message, event.get("classification"), self._state_document)
             raise self._waited_too_long(context)
         return self._settle(context, status, message, event.get("classification"))
 
@@ -275,6 +300,14 @@ class WatermarkStallSensor(_WatermarkSensor):
         default ``[operators] default_deferrable``.
     :param timeout: grace period while unhealthy, ``timedelta`` or seconds (default 0: fail at once).
     :param poke_interval: seconds between evaluations (default 60).
+    :param state_store: read the stateful operators' state when the checkpoint has new batches
+        (depth ``rows``: which operators, whether a watermark bounds them, rows per batch) and push
+        its summary and findings in the XCom's ``state_store`` (default True).
+    :param fail_on_state: state rules that fail the task when found, e.g. ``["state_unbounded"]``
+        (a dedup or join no watermark can evict); default none: the state is reported, never a
+        failure (the ``watermark_monitor`` DAG alarms on ``state_unbounded`` and ``state_growing``).
+    :param state_thresholds: :class:`~watermark_ops.core.thresholds.StateThresholds` (or its dict,
+        e.g. ``{"growing_batches": 24}``) for the state findings; default Spark-derived defaults.
     """
 
     goal = "healthy"
@@ -308,7 +341,8 @@ class WatermarkReachedSensor(_WatermarkSensor):
     :param timeout: how long to wait (``timedelta`` or seconds; default Airflow's sensor default).
 
     The thresholds (``max_skew`` matters here; the others only shape the recorded state),
-    ``conn_id`` and ``storage_options`` are those of :class:`WatermarkStallSensor`.
+    ``conn_id``, ``storage_options``, ``state_store``, ``fail_on_state`` and ``state_thresholds``
+    are those of :class:`WatermarkStallSensor`.
     """
 
     template_fields: Sequence[str] = ("checkpoint", "target")

@@ -59,16 +59,23 @@ class WatermarkTrigger(BaseTrigger):
         storage options (plain JSON values).
     :param conn_id: the Airflow connection to read the checkpoint with (e.g. an ``aws`` connection),
         looked up in the triggerer; None: local, or fsspec with ``storage_options`` and the environment.
+    :param state_store: / fail_on_state: / state_thresholds: as for the sensors
+        (:class:`watermark_ops.airflow.sensors.WatermarkStallSensor`; thresholds as
+        :meth:`~watermark_ops.core.thresholds.StateThresholds.to_dict`): the state summary is read
+        at depth ``rows`` when the checkpoint has new batches, a finding in ``fail_on_state`` fires ``fail``.
     :raises TypeError: / :raises ValueError: for a kwarg of the wrong type or value.
 
     Event payload: ``{"status": one of EVENT_STATUSES, "message": str, "checkpoint": str,
-    "polls": int, "classification": Classification.to_dict() | None}``.
+    "polls": int, "classification": Classification.to_dict() | None, "state_store":
+    StateSummary.document() | None}``.
     """
 
     def __init__(self, *, checkpoint: str, goal: str = "healthy", thresholds: dict[str, Any] | None = None,
                  target_ms: int | None = None, missing_ok: bool = False, fail_on_jumped: bool = True,
                  poll_interval: float = 60.0, timeout: timedelta = timedelta(hours=1),
-                 storage_options: dict[str, Any] | None = None, conn_id: str | None = None) -> None:
+                 storage_options: dict[str, Any] | None = None, conn_id: str | None = None,
+                 state_store: bool = True, fail_on_state: list[str] | None = None,
+                 state_thresholds: dict[str, Any] | None = None) -> None:
         super().__init__()
         if not isinstance(checkpoint, str) or not checkpoint.strip():
             raise TypeError(f"checkpoint must be a non-empty string (a path or fsspec URL), got {checkpoint!r}")
@@ -96,6 +103,12 @@ class WatermarkTrigger(BaseTrigger):
         self.timeout = timedelta(seconds=timeout.total_seconds())  # plain, never a pendulum Duration
         self.storage_options = storage_options
         self.conn_id = conn_id
+        from watermark_ops.core.state.summary import state_options
+
+        self.state_store = bool(state_store)
+        rules, thresholds = state_options(fail_on_state, state_thresholds, self.state_store)  # validated
+        self.fail_on_state, self.state_thresholds = list(rules), thresholds.to_dict()
+        self._state_document: dict[str, Any] | None = None
         self._tail: Any = None  # the view the last poll left (watermark_ops.core.view.View), this process only
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -113,6 +126,9 @@ class WatermarkTrigger(BaseTrigger):
                 "timeout": self.timeout,
                 "storage_options": self.storage_options,
                 "conn_id": self.conn_id,
+                "state_store": self.state_store,
+                "fail_on_state": list(self.fail_on_state),
+                "state_thresholds": dict(self.state_thresholds),
             },
         )
 
@@ -120,18 +136,23 @@ class WatermarkTrigger(BaseTrigger):
         """One poll, in a worker thread: the filesystem (from ``conn_id``), then :func:`check_tail`
         from the view the previous poll left; remembers the new view."""
         from watermark_ops.airflow.storage import checkpoint_filesystem
+        from watermark_ops.core.state.summary import state_outcome
+        from watermark_ops.core.thresholds import StateThresholds
 
         fs = checkpoint_filesystem(self.checkpoint, self.conn_id, self.storage_options)
         result, self._tail = check_tail(
             self.checkpoint, self._tail, goal=self.goal, thresholds=Thresholds.from_dict(self.thresholds),
             target_ms=self.target_ms, missing_ok=self.missing_ok, fail_on_jumped=self.fail_on_jumped,
-            filesystem=fs, storage_options=None if fs is not None else self.storage_options)
+            filesystem=fs, storage_options=None if fs is not None else self.storage_options,
+            state_store="rows" if self.state_store else None)
+        result, self._state_document = state_outcome(result, self._tail, self.fail_on_state,
+                                                     StateThresholds.from_dict(self.state_thresholds))
         return result
 
     def _event(self, status: str, message: str, polls: int, result=None) -> TriggerEvent:
         classification = result.classification.to_dict() if result is not None and result.classification else None
         return TriggerEvent({"status": status, "message": message, "checkpoint": self.checkpoint, "polls": polls,
-                             "classification": classification})
+                             "classification": classification, "state_store": self._state_document})
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         """Poll (blocking I/O in a thread) until decided or ``timeout``; yield one event."""

@@ -190,7 +190,8 @@ def create_app(roots: Callable[[], CheckpointRoots], known: Callable[[], list[Kn
         if fs is None:
             fs = _filesystem(entry, checkpoint_roots, root)
         return checkpoint_detail(location, _thresholds(entry), name=name, landings=entry.get("landings", ()),
-                                 chart_limit=max(0, limit), late_sink=entry.get("late_sink"), **_reading(fs))
+                                 chart_limit=max(0, limit), late_sink=entry.get("late_sink"),
+                                 state_thresholds=_state_thresholds(entry), **_reading(fs))
 
     @app.get("/checkpoints/{root}/{path:path}", response_class=HTMLResponse)
     def checkpoint(request: Request, root: str, path: str, limit: int | None = None,
@@ -333,13 +334,23 @@ def _job(entry: Known, filesystem: Any) -> Job:
     """
     return Job(key=_job_key(entry), location=entry["checkpoint"], thresholds=_thresholds(entry),
                missing_ok=bool(entry.get("missing_ok", False)), filesystem=filesystem,
-               storage_options=None if filesystem is not None else entry.get("storage_options"))
+               storage_options=None if filesystem is not None else entry.get("storage_options"),
+               state_thresholds=_state_thresholds(entry))
 
 
 def _thresholds(entry: Known):
+    from watermark_ops.airflow.config import THRESHOLD_KEYS
     from watermark_ops.core.thresholds import Thresholds
 
-    return Thresholds(**entry.get("thresholds", {}))
+    return Thresholds(**{k: v for k, v in entry.get("thresholds", {}).items() if k in THRESHOLD_KEYS})
+
+
+def _state_thresholds(entry: Known):
+    """The entry's state thresholds (``growing_batches``, ... given with the stall's)."""
+    from watermark_ops.airflow.config import STATE_THRESHOLD_KEYS
+    from watermark_ops.core.thresholds import StateThresholds
+
+    return StateThresholds(**{k: v for k, v in entry.get("thresholds", {}).items() if k in STATE_THRESHOLD_KEYS})
 
 
 def _entry_for(known: Callable[[], list[Known]], roots: CheckpointRoots, location: str) -> Known:

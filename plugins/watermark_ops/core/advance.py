@@ -61,13 +61,15 @@ PROGRESS_MODES = ("never", "on_change", "always")
 _FIRST_ROUND, _MAX_ROUND = 2, 512
 #: The progress-log problems a view keeps (the newest).
 _PROBLEMS_KEPT = 50
-#: What the audit reads of each progress record (the rest is not decoded on a full read).
+#: What the audit reads of each progress record (the rest is not decoded on a full read), and the
+#: state summary (:data:`watermark_ops.core.state.summary.PROGRESS_FIELDS`).
 _AUDIT_FIELDS = ("query_id", "run_id", "requested_conf")
+_STATE_FIELDS = ("executed", "state_operators", "state_rows", "state_rows_removed", "rows_dropped_by_watermark")
 
 
 def advance(location: Any, view: View | None = None, *, newest: int, audit: bool = False,
             progress: str = "on_change", state: bool = True, full: bool = False, filesystem: Any = None,
-            storage_options: dict[str, Any] | None = None) -> View:
+            storage_options: dict[str, Any] | None = None, state_store: str | None = None) -> View:
     """The checkpoint's view after reading what changed since ``view`` (see the module docstring).
 
     :param location: the checkpoint folder (local path, fsspec URL, a path on ``filesystem``, or
@@ -81,18 +83,24 @@ def advance(location: Any, view: View | None = None, *, newest: int, audit: bool
     :param state: read the state operators' metadata while the watermark is 0 (the classification's
         evidence of a watermark).
     :param full: read everything again whatever the view (``--full``).
+    :param state_store: keep the view's state summary up to date to this depth (``rows`` |
+        ``full``, :mod:`watermark_ops.core.state.summary`): read again only when the head moved
+        (new batches, a commit) or a deeper read is asked for; None: carried as it is.
     :param filesystem: / storage_options: as for :func:`~watermark_ops.core.checkpoint.read_checkpoint`.
     :return: a new :class:`~watermark_ops.core.view.View` (``reads`` / ``requests`` say what this
         look read), carrying ``view.remembered``. Never raises for bad content (the problems are in
         the window and the findings); a filesystem error may raise.
-    :raises ValueError: ``newest`` below 1, an unknown ``progress``.
+    :raises ValueError: ``newest`` below 1, an unknown ``progress`` or ``state_store``.
     """
     if isinstance(newest, bool) or not isinstance(newest, int) or newest < 1:
         raise ValueError(f"newest must be a positive number of batches, got {newest!r}")
     if progress not in PROGRESS_MODES:
         raise ValueError(f"progress must be one of {PROGRESS_MODES}, got {progress!r}")
+    if state_store not in (None, "rows", "full"):
+        raise ValueError(f"state_store must be None, 'rows' or 'full', got {state_store!r}")
     storage, root = _resolve(location, filesystem, storage_options)
-    reading = _Reading(storage, root, location, filesystem, storage_options, newest, audit, progress, state)
+    reading = _Reading(storage, root, location, filesystem, storage_options, newest, audit, progress, state,
+                       state_store)
     if not full and _usable(view, storage.display(root), newest, audit):
         looked = _look(reading, view)
         if looked is not None:
@@ -113,6 +121,7 @@ class _Reading:
     audit: bool
     progress: str
     state: bool
+    state_store: str | None = None
     progress_requests: int = 0
 
     @property
@@ -199,10 +208,11 @@ def _read_again(reading: _Reading, remembered: Any) -> View:
                           conf_seen=tuple(pair for pair, batch in reported.items()
                                           if boundary is not None and batch <= boundary))
     files = sum(int(b.offsets_file is not None) + int(b.committed) for b in checkpoint.batches)
+    summary = _state_summary(reading, window, None, position)
     r = storage.requests
     return View(location=checkpoint.location, query_id=checkpoint.query_id, newest=reading.newest, window=window,
                 head_size=head_size, audit=audited, progress=position,
-                state=_state(reading, window, None, changed=True), remembered=remembered,
+                state=_state(reading, window, None, changed=True), remembered=remembered, state_store=summary,
                 reads={"mode": "full" if reading.audit else "bounded", "batch_files": files,
                        "requests": r["list"] + r["get"] + r["head"] + reading.progress_requests},
                 requests=reading.counts(listed=True), fresh=checkpoint if reading.audit else None,
@@ -423,8 +433,9 @@ def _moved(reading: _Reading, view: View, looked: _Looked) -> View:
     r = reading.storage.requests
     if not looked.changed:
         position = _progress_follow(reading, view, window, changed=False, stat=looked.progress_stat)
+        summary = _state_summary(reading, window, view.state_store, position)
         return replace(view, head_tag=looked.head_tag, head_size=looked.head_size, progress=position,
-                       state=_state(reading, window, view.state, changed=False),
+                       state=_state(reading, window, view.state, changed=False), state_store=summary,
                        reads={"mode": "incremental", "batch_files": looked.batch_files,
                               "requests": r["list"] + r["get"] + r["head"] + reading.progress_requests},
                        requests=reading.counts(listed=False), fresh=None, added=())
@@ -451,7 +462,8 @@ def _moved(reading: _Reading, view: View, looked: _Looked) -> View:
             # without the progress log, with a final file changed, or findings that depend on the
             # head or the lowest batch, the audit is not kept (the next audit reads everything)
     same_head = new_window.head_batch_id == head
-    return replace(view, query_id=looked.query_id, newest=reading.newest, window=new_window,
+    summary = _state_summary(reading, new_window, view.state_store, position)
+    return replace(view, query_id=looked.query_id, newest=reading.newest, window=new_window, state_store=summary,
                    head_size=looked.head_size if same_head else looked.new_head_size,
                    head_tag=looked.head_tag if same_head else None,
                    audit=audited, progress=position, state=_state(reading, new_window, view.state, changed=True),
@@ -485,8 +497,9 @@ def _progress_read(reading: _Reading, window: Checkpoint, *, whole: bool) -> tup
     reading.progress_requests += 2
     try:
         if whole:  # the window's records are selected by the caller (the checkpoint may not be read yet)
-            log = read_progress_log(path, **where, fields=None if reading.state else _AUDIT_FIELDS)
-            records = log.records if reading.state else None
+            fields = None if reading.state else _AUDIT_FIELDS + (_STATE_FIELDS if reading.state_store else ())
+            log = read_progress_log(path, **where, fields=fields)
+            records = log.records if reading.state or reading.state_store else None
         elif window.batches:
             first, query_id = window.batches[0].batch_id, window.query_id
             log = read_progress_tail(path, first, query_id=query_id, **where)
@@ -562,3 +575,14 @@ def _state(reading: _Reading, window: Checkpoint, previous: Any, *, changed: boo
     except Exception as exc:  # noqa: BLE001 - evidence missing, not a failed classification
         return None, (f"state metadata of {window.location} cannot be read: {exc!r}",)
     return state, tuple(f"{p.kind}: {p.file}: {p.message}" for p in state.problems)
+
+
+def _state_summary(reading: _Reading, window: Checkpoint, previous: Any, position: ProgressPosition | None) -> Any:
+    """The view's state summary after a look: :func:`watermark_ops.core.state.summary.summary_after`
+    with the look's own storage (its requests counted with the look's)."""
+    if reading.state_store is None:
+        return previous
+    from watermark_ops.core.state.summary import summary_after
+
+    return summary_after(reading.storage, reading.root, window, previous,
+                         position.records if position is not None else None, depth=reading.state_store)

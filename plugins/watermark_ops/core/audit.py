@@ -8,6 +8,15 @@ audit (:mod:`watermark_ops.core.memory`), remembers the new head and returns an
 Status: ``violation`` when any error finding other than ``unreadable`` exists, else
 ``unreadable`` when any ``unreadable`` finding exists, else ``ok``; exit codes 1, 2, 0.
 
+The state store: :func:`run_audit` also reads the stateful operators' state (once per new head:
+the summary is remembered in the view, :mod:`watermark_ops.core.state.summary`) and adds the
+state findings (:mod:`watermark_ops.core.state.rules`) to the report's findings, with their
+severities: ``state_unbounded``, ``state_growing``, ``state_never_compacted`` and
+``state_files_accumulating`` are warnings (they say what will hurt, not that the watermark broke
+its rule: never a ``violation``), a state file or folder that cannot be read is ``unreadable``
+(an error, as any checkpoint file: status ``unreadable``). The report's ``state_store`` is the
+summary (:meth:`~watermark_ops.core.state.summary.StateSummary.document`).
+
 Pure core: imports neither Airflow nor Spark.
 """
 
@@ -23,6 +32,7 @@ from watermark_ops.core.memory import AuditMemory, RememberedHead
 from watermark_ops.core.progress import ProgressLog
 from watermark_ops.core.findings import batch_records, log_findings, log_rules, sort_findings, with_memory  # noqa: F401
 from watermark_ops.core.rules import ERROR, BatchRecord, Finding, memory_rules, unreadable
+from watermark_ops.core.thresholds import DEFAULT_STATE_THRESHOLDS, StateThresholds
 from watermark_ops.core.times import iso_utc
 
 __all__ = ["EXIT_CODES", "AuditReport", "audit_checkpoint", "log_findings", "run_audit", "sort_findings", "with_memory"]
@@ -42,6 +52,8 @@ class AuditReport:
         "batch_files": files read, "requests": n, "new_batches": batches read above the remembered
         view, "batches_held": len(batches), "batches_in_logs": batches in the offset log,
         "lowest_batch_id": int | None}``; None for :func:`audit_checkpoint`.
+    :ivar state_store: the state summary with its findings
+        (:meth:`~watermark_ops.core.state.summary.StateSummary.document`), None when not read.
     """
 
     location: str
@@ -55,6 +67,7 @@ class AuditReport:
     audited_at_ms: int = 0
     added_batch_ids: tuple[int, ...] = field(default=())
     reads: dict[str, Any] | None = None
+    state_store: dict[str, Any] | None = None
 
     @property
     def status(self) -> str:
@@ -89,10 +102,11 @@ class AuditReport:
              "findings": [{"rule", "severity", "batch_id", "file", "message"}],
              "remembered": {"query_id", "head_batch_id", "watermark_ms", "audited_at_ms"} | null,
              "added_batches": {"first": int, "last": int, "count": int} | null,
-             "audited_at_ms": int, "reads": {...} | null}
+             "audited_at_ms": int, "reads": {...} | null, "state_store": {...} | null}
 
         ``batches`` are every batch read (a full audit), or the newest ones a remembered view
-        holds (an incremental one: ``reads``).
+        holds (an incremental one: ``reads``). ``findings`` hold the state findings too;
+        ``state_store`` is the state summary (the module docstring).
         """
         added = None
         if self.added_batch_ids:
@@ -112,6 +126,7 @@ class AuditReport:
             "added_batches": added,
             "audited_at_ms": self.audited_at_ms,
             "reads": self.reads,
+            "state_store": self.state_store,
         }
 
     def to_json(self, indent: int | None = None) -> str:
@@ -136,7 +151,7 @@ def audit_checkpoint(checkpoint: Checkpoint, remembered: RememberedHead | None =
 
 def _report(checkpoint: Checkpoint, records: tuple[BatchRecord, ...], findings: tuple[Finding, ...],
             remembered: RememberedHead | None, now_ms: int | None, reads: dict[str, Any] | None = None,
-            known: tuple[BatchRecord, ...] | None = None) -> AuditReport:
+            known: tuple[BatchRecord, ...] | None = None, state_store: dict[str, Any] | None = None) -> AuditReport:
     since = remembered.head_batch_id if remembered is not None and remembered.query_id == checkpoint.query_id else None
     added = tuple(r.batch_id for r in (known or records) if r.has_offsets and (since is None or r.batch_id > since))
     return AuditReport(
@@ -151,11 +166,13 @@ def _report(checkpoint: Checkpoint, records: tuple[BatchRecord, ...], findings: 
         audited_at_ms=int(time.time() * 1000) if now_ms is None else now_ms,
         added_batch_ids=added,
         reads=reads,
+        state_store=state_store,
     )
 
 
 def run_audit(location: Any, memory: AuditMemory | None = None, *, storage_options: dict[str, Any] | None = None,
-              now_ms: int | None = None, filesystem: Any = None, full: bool = False) -> AuditReport:
+              now_ms: int | None = None, filesystem: Any = None, full: bool = False, state_store: bool = True,
+              state_thresholds: StateThresholds = DEFAULT_STATE_THRESHOLDS) -> AuditReport:
     """Audit the checkpoint against the head the previous audit remembered, then remember the new head.
 
     With a ``memory`` that holds a remembered view of this checkpoint
@@ -177,6 +194,9 @@ def run_audit(location: Any, memory: AuditMemory | None = None, *, storage_optio
     :param storage_options: / filesystem: how to reach the checkpoint and its progress log, as for
         :func:`~watermark_ops.core.checkpoint.read_checkpoint` (every file read at once, concurrently).
     :param full: read every file again, whatever the memory holds (``watermark-ops audit --full``).
+    :param state_store: also read the stateful operators' state (depth ``full``: the chain a restart
+        replays; the rows from the progress log, else the files) when the head moved since the view
+        read it, and add the state findings judged with ``state_thresholds`` (module docstring).
     :raises watermark_ops.core.memory.MemoryFormatError: when the memory holds a malformed head
         (nothing is read from the checkpoint then, and nothing is written).
     """
@@ -187,6 +207,7 @@ def run_audit(location: Any, memory: AuditMemory | None = None, *, storage_optio
     remembered = previous.remembered if previous is not None else None
     where = {"filesystem": filesystem, "storage_options": storage_options}
     newest = max(WINDOW, previous.newest if previous is not None else 0)
+    where["state_store"] = "full" if state_store else None
     view = advance(location, previous, newest=newest, audit=True, state=False, full=full, **where)
     known = _known(view)
     if view.fresh is None and remembered is not None and remembered.query_id == view.query_id and known:
@@ -201,12 +222,17 @@ def run_audit(location: Any, memory: AuditMemory | None = None, *, storage_optio
     memory_findings = memory_rules(records, remembered, query_id=checkpoint.query_id,
                                    head_batch_id=checkpoint.head_batch_id, location=checkpoint.location)
     findings = with_memory(view.findings, memory_findings)
+    summary, document = view.state_store if state_store else None, None
+    if summary is not None:
+        state_found = summary.findings(state_thresholds)
+        findings = sort_findings([*findings, *state_found])
+        document = summary.document(state_thresholds, state_found)
     shown = records if view.fresh is not None else tuple(BatchRecord.from_batch(b) for b in view.window.batches)
     lowest = checkpoint.lowest_offsets_batch_id
     reads = dict(view.reads, batches_held=len(shown), new_batches=sum(1 for b in view.added if b.offsets_file),
                  batches_in_logs=len(shown) + (0 if view.fresh is not None else view.window.unread_batches),
                  lowest_batch_id=lowest)
-    report = _report(checkpoint, shown, findings, remembered, now_ms, reads, known=records)
+    report = _report(checkpoint, shown, findings, remembered, now_ms, reads, known=records, state_store=document)
     head = report.head()
     if memory is not None and head is not None:
         save_view(memory, location, view.with_remembered(head.keeping_acceptance(remembered)), previous=previous)

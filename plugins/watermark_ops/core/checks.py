@@ -117,7 +117,7 @@ def _missing(exc: Exception, goal: str, missing_ok: bool) -> Check:
 def check_tail(location: Any, previous: Any = None, *, goal: str = "healthy",
                thresholds: Thresholds = DEFAULT_THRESHOLDS, target_ms: int | None = None, missing_ok: bool = False,
                fail_on_jumped: bool = True, at: Any = None, filesystem: Any = None,
-               storage_options: dict[str, Any] | None = None) -> tuple[Check, Any]:
+               storage_options: dict[str, Any] | None = None, state_store: str | None = None) -> tuple[Check, Any]:
     """:func:`check` from the checkpoint's remembered view (:func:`watermark_ops.core.stall.evaluate_tail`):
     what the sensors, the trigger and the monitor call on every poke, keeping the view between pokes.
 
@@ -128,6 +128,8 @@ def check_tail(location: Any, previous: Any = None, *, goal: str = "healthy",
 
     :param previous: the last poke's view, or None.
     :param filesystem: an fsspec filesystem to read ``location`` with (a path on it), or None.
+    :param state_store: keep the view's state summary to this depth (``rows`` | ``full``), read
+        when the head moved (:mod:`watermark_ops.core.state.summary`); None: carried as it is.
     :return: ``(Check, View | None)``: the same outcome :func:`check` gives for the same files, and
         the view to remember for the next poke (None when the checkpoint does not exist).
     :raises ValueError: / :raises StallInputError: as :func:`check`.
@@ -140,7 +142,7 @@ def check_tail(location: Any, previous: Any = None, *, goal: str = "healthy",
         raise ValueError(f"goal 'reached' needs target_ms (epoch ms UTC), got {target_ms!r}")
     try:
         c, view = evaluate_tail(location, thresholds, previous, at=at, filesystem=filesystem,
-                                storage_options=storage_options)
+                                storage_options=storage_options, state_store=state_store)
     except CheckpointMissing as exc:
         return _missing(exc, goal, missing_ok), None
     return decide(c, goal=goal, target_ms=target_ms, fail_on_jumped=fail_on_jumped), view

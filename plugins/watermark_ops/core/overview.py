@@ -32,7 +32,7 @@ from watermark_ops.core.thresholds import Thresholds
 from watermark_ops.core.times import iso_utc, now_ms
 
 __all__ = ["DEFAULT_CHART_LIMIT", "DEFAULT_PAGE_SIZE", "DEFAULT_RUNS_LIMIT", "MAX_PAGE_SIZE", "checkpoint_detail",
-           "empty_row", "overview_row", "page_of", "sort_overview"]
+           "empty_row", "overview_row", "page_of", "sort_overview", "with_state_column"]
 
 #: The newest batches the chart and the batch table show (older ones are counted, not drawn).
 DEFAULT_CHART_LIMIT = 500
@@ -68,7 +68,7 @@ def _problem_text(problem) -> str:
 
 def overview_row(location: str, thresholds: Thresholds, *, name: str | None = None, missing_ok: bool = False,
                  at_ms: int | None = None, filesystem: Any = None,
-                 storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
+                 storage_options: dict[str, Any] | None = None, state_thresholds: Any = None) -> dict[str, Any]:
     """One overview row: the checkpoint's head, stall state and audit, read now.
 
     Reads the whole offset and commit logs (the audit needs them) and the end of the progress log.
@@ -86,8 +86,9 @@ def overview_row(location: str, thresholds: Thresholds, *, name: str | None = No
         "skew_warnings": [the classification's partition-skew warnings],
         "latest_batch_ms", "latest_batch_time", "error": str | None, "rank": int}``; ``rank``
         orders the overview (0 unreadable or violated, 1 alarm, 2 a warning (audit, partition
-        skew), lagging, or ``watermark_unknown`` (may be a stall the evidence cannot prove), 3
-        healthy (``no_watermark`` too), 4 not run yet).
+        skew, a state finding), lagging, or ``watermark_unknown`` (may be a stall the evidence cannot
+        prove), 3 healthy (``no_watermark`` too), 4 not run yet); ``state_store``: the compact state
+        column (:func:`with_state_column`, judged with ``state_thresholds``, default the defaults).
     """
     row = empty_row(location, name)
     try:
@@ -95,7 +96,35 @@ def overview_row(location: str, thresholds: Thresholds, *, name: str | None = No
     except Exception as exc:  # a broken filesystem must not take the page down: the row says it
         row.update(error=f"cannot read the checkpoint: {exc!r}", rank=_RANK_ERROR)
         return row
-    return _row_of(row, snapshot.checkpoint, thresholds, at_ms, missing_ok, judged(snapshot, thresholds, at_ms))
+    row = _row_of(row, snapshot.checkpoint, thresholds, at_ms, missing_ok, judged(snapshot, thresholds, at_ms))
+    summary = None
+    if snapshot.checkpoint.head_batch_id is not None:
+        from watermark_ops.core.state.summary import read_state_summary
+
+        summary = read_state_summary(location, snapshot.checkpoint, snapshot.records, filesystem=filesystem,
+                                     storage_options=storage_options)
+    return with_state_column(row, summary, state_thresholds)
+
+
+def with_state_column(row: dict[str, Any], summary: Any, thresholds: Any = None) -> dict[str, Any]:
+    """``row`` with its compact state column, ``state_store``: ``{"has_state_folder", "rows" (now,
+    every operator), "chain_length" (the longest), "bounded": bool | None, "codes": [the state
+    findings' rules], "operators": n}`` of a state summary
+    (:class:`~watermark_ops.core.state.summary.StateSummary`; None without one); a healthy row
+    with a state finding ranks as a warning."""
+    if summary is None:
+        row["state_store"] = None
+        return row
+    from watermark_ops.core.thresholds import DEFAULT_STATE_THRESHOLDS
+
+    document = summary.document(thresholds or DEFAULT_STATE_THRESHOLDS)
+    codes = sorted({f["code"] for f in document["findings"]})
+    row["state_store"] = {"has_state_folder": document["has_state_folder"], "rows": document["rows"],
+                          "chain_length": document["chain_length"], "bounded": document["bounded"], "codes": codes,
+                          "operators": len(document["operators"])}
+    if codes and row["rank"] > _RANK_WARNING and not row["error"]:
+        row["rank"] = _RANK_WARNING
+    return row
 
 
 def _row_of(row: dict[str, Any], checkpoint, thresholds: Thresholds, at_ms: int | None, missing_ok: bool,
@@ -140,7 +169,7 @@ def empty_row(location: str, name: str | None = None) -> dict[str, Any]:
         "in_flight_batch": None, "watermark_ms": None, "watermark": None, "lag_ms": None, "state": None,
         "alarm": False, "reason": None, "audit_status": None, "findings": 0, "errors": 0, "warnings": 0,
         "rules": [], "skew_warnings": [], "latest_batch_ms": None, "latest_batch_time": None, "error": None,
-        "rank": _RANK_OK,
+        "rank": _RANK_OK, "state_store": None,
     }
 
 
@@ -260,7 +289,7 @@ def checkpoint_detail(location: str, thresholds: Thresholds, *, name: str | None
                       landings: Iterable[str] = (), at_ms: int | None = None,
                       chart_limit: int = DEFAULT_CHART_LIMIT, late_sink: str | None = None,
                       runs_limit: int = DEFAULT_RUNS_LIMIT, filesystem: Any = None,
-                      storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
+                      storage_options: dict[str, Any] | None = None, state_thresholds: Any = None) -> dict[str, Any]:
     """Everything the checkpoint page shows, read now (the whole offset and commit logs, the
     progress log, the landing folders).
 
@@ -287,7 +316,10 @@ def checkpoint_detail(location: str, thresholds: Thresholds, *, name: str | None
         "next_watermark_ms", "committed", "regressed", "run_start"}], "restarts": [{"batch_id",
         "run", "run_tag", "run_id"}]}, "runs": [RunDrops.to_dict()], "late_sink": str | None,
         "advice": [LandedLateness summaries], "advice_why": [why an input has no advice, in the job's
-        terms], "problems": [str]}``.
+        terms], "problems": [str], "state_store": the state summary with each operator's rows over the
+        chart's batch ids, "preflight": the restart preflight, "diagnosis": the last refused restart's | None}``
+        (:func:`watermark_ops.core.state.detail.state_detail`, judged with ``state_thresholds``,
+        a :class:`~watermark_ops.core.thresholds.StateThresholds`, default the defaults).
     """
     at = now_ms() if at_ms is None else at_ms
     problems: list[str] = []
@@ -316,6 +348,9 @@ def checkpoint_detail(location: str, thresholds: Thresholds, *, name: str | None
     order = {ERROR: 0, WARNING: 1, INFO: 2}
     row = _row_of(empty_row(location, name), checkpoint, thresholds, at_ms, False,
                   (status, report, classification, why_not))
+    chart = _chart(report.batches, runs, regressed, chart_limit)
+    state = _state_part(location, checkpoint, progress, chart, state_thresholds, filesystem, storage_options)
+    problems.extend(state.pop("problems"))
     return {
         "name": name or location,
         "location": location,
@@ -327,14 +362,31 @@ def checkpoint_detail(location: str, thresholds: Thresholds, *, name: str | None
         "classification": classification.to_dict() if classification else None,
         "audit": {"status": report.status,
                   "findings": [f.to_dict() for f in sorted(report.findings, key=lambda f: order[f.severity])]},
-        "chart": _chart(report.batches, runs, regressed, chart_limit),
+        "chart": chart,
         "runs": runs,
         "late_sink": late_sink or None,
         "progress_log": progress_log_path(checkpoint.location),
         "advice": advice,
         "advice_why": advice_why,
         "problems": problems,
+        **state,
     }
+
+
+def _state_part(location: str, checkpoint, progress, chart: dict[str, Any], thresholds: Any, filesystem: Any,
+                storage_options: dict[str, Any] | None) -> dict[str, Any]:
+    """:func:`watermark_ops.core.state.detail.state_detail` over the batch ids the chart shows."""
+    from watermark_ops.core.state.detail import state_detail
+    from watermark_ops.core.thresholds import DEFAULT_STATE_THRESHOLDS
+
+    points = chart["points"]
+    query_id = checkpoint.query_id
+    records = [r for r in (progress.records if progress is not None else ())
+               if query_id is None or r.get("query_id") in (None, query_id)]
+    return state_detail(location, checkpoint, records,
+                        batch_ids=(points[0]["batch_id"], points[-1]["batch_id"]) if points else None,
+                        thresholds=thresholds or DEFAULT_STATE_THRESHOLDS, filesystem=filesystem,
+                        storage_options=storage_options)
 
 
 def _advice(location: str, landings: list[str], records: list[dict[str, Any]], why_not: list[str],

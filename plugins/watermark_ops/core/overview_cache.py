@@ -3,7 +3,8 @@
 The overview at a platform's scale (hundreds of checkpoints, each viewed every few seconds by
 several people) cannot read every checkpoint whole at each view. Each checkpoint is remembered as
 a view (:mod:`watermark_ops.core.view`, kept in the api-server's process: :class:`InProcessViews`):
-the audited boundary and the findings up to it, the newest batches (a window of
+the audited boundary and the findings up to it, the state summary (:mod:`watermark_ops.core.state.summary`,
+depth ``full``: read again only when the head moved), the newest batches (a window of
 :func:`watermark_ops.core.stall.recent_batches` ids, what a sensor poke reads), the progress-log
 records of those batches and the state operators' metadata when the watermark is 0: what the
 stall classification needs, re-classified at each evaluation instant without reading anything.
@@ -34,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Sequence
 
 from watermark_ops.core.audit import AuditReport
-from watermark_ops.core.thresholds import Thresholds
+from watermark_ops.core.thresholds import DEFAULT_STATE_THRESHOLDS, StateThresholds, Thresholds
 from watermark_ops.core.times import now_ms
 from watermark_ops.core.view import InProcessViews, View
 
@@ -71,19 +72,20 @@ def advance(location: str, memory: View | None = None, *, newest: int, filesyste
     if memory is not None and memory.newest != newest:
         memory = None  # another window: read it again
     return move(location, memory, newest=newest, audit=True, progress="on_change", state=True,
-                filesystem=filesystem, storage_options=storage_options)
+                filesystem=filesystem, storage_options=storage_options, state_store="full")
 
 
 def row_of(memory: View, thresholds: Thresholds, *, name: str | None = None, missing_ok: bool = False,
-           at_ms: int | None = None) -> dict[str, Any]:
+           at_ms: int | None = None, state_thresholds: StateThresholds = DEFAULT_STATE_THRESHOLDS) -> dict[str, Any]:
     """The overview row of a remembered checkpoint at ``at_ms`` (nothing is read): the same fields
     and ranks as :func:`watermark_ops.core.overview.overview_row`, the stall classification over
-    the remembered newest batches.
+    the remembered newest batches, and the view's state summary as the row's ``state_store``
+    (:func:`watermark_ops.core.overview.with_state_column`).
 
     :param at_ms: the evaluation instant (epoch ms UTC), default now.
     """
     from watermark_ops.core.classification import StallInputError, classify_snapshot
-    from watermark_ops.core.overview import _row_of, empty_row
+    from watermark_ops.core.overview import _row_of, empty_row, with_state_column
     from watermark_ops.core.snapshot import view_snapshot
     from watermark_ops.core.stall import recent_batches
     from watermark_ops.core.status import CheckpointStatus
@@ -103,7 +105,8 @@ def row_of(memory: View, thresholds: Thresholds, *, name: str | None = None, mis
         classification, why_not = classify_snapshot(snapshot, thresholds, at), None
     except StallInputError as exc:
         classification, why_not = None, str(exc)
-    return _row_of(row, window, thresholds, at_ms, missing_ok, (status, report, classification, why_not))
+    row = _row_of(row, window, thresholds, at_ms, missing_ok, (status, report, classification, why_not))
+    return with_state_column(row, memory.state_store, state_thresholds)
 
 
 # --------------------------------------------------------------------------------------------
@@ -121,6 +124,7 @@ class Job:
     missing_ok: bool = False
     filesystem: Any = None
     storage_options: dict[str, Any] | None = None
+    state_thresholds: StateThresholds = DEFAULT_STATE_THRESHOLDS
 
 
 @dataclass(frozen=True)
@@ -240,7 +244,7 @@ class SharedOverview:
                     reads["batch_files"] += memory.reads.get("batch_files", 0)
                     reads["requests"] += memory.reads.get("requests", 0)
                 return job.key, row_of(memory, job.thresholds, name=job.location, missing_ok=job.missing_ok,
-                                       at_ms=at)
+                                       at_ms=at, state_thresholds=job.state_thresholds)
             except Exception as exc:  # one checkpoint must never take the overview down
                 if self._failed_row is None:
                     raise

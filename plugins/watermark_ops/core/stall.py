@@ -299,7 +299,7 @@ def _rest(checkpoint: Checkpoint, location: Any, storage_options: dict[str, Any]
 
 def evaluate_tail(location: Any, thresholds: Thresholds = DEFAULT_THRESHOLDS, previous: Any = None, *,
                   at: Any = None, filesystem: Any = None, storage_options: dict[str, Any] | None = None,
-                  with_progress_log: bool = True) -> tuple[Classification, Any]:
+                  with_progress_log: bool = True, state_store: str | None = None) -> tuple[Classification, Any]:
     """:func:`evaluate` from a remembered view: the same classification for the same files, at a
     constant cost per poke whatever the history (:func:`watermark_ops.core.advance.advance`: no
     listing while the remembered head still matches; the progress log's new lines only).
@@ -310,6 +310,8 @@ def evaluate_tail(location: Any, thresholds: Thresholds = DEFAULT_THRESHOLDS, pr
     :param at: / filesystem: / storage_options: / with_progress_log: as for :func:`evaluate`. An
         ``at`` before the oldest batch held falls back to :func:`read_recent`'s widened read
         (the view returned is then the one moved on, not widened).
+    :param state_store: keep the view's state summary to this depth (``rows`` | ``full``; None:
+        carried as it is): :func:`watermark_ops.core.advance.advance`, read when the head moved.
     :return: ``(classification, view)``; keep ``view`` for the next poke.
     :raises CheckpointMissing: / :raises StallInputError: see :func:`classify`.
     :raises ValueError: for a bad ``at``.
@@ -321,7 +323,7 @@ def evaluate_tail(location: Any, thresholds: Thresholds = DEFAULT_THRESHOLDS, pr
     wanted = recent_batches(thresholds)
     progress = "always" if with_progress_log and isinstance(location, str) else "never"
     view = advance(location, previous, newest=max(wanted, previous.newest if previous is not None else 0),
-                   progress=progress, filesystem=filesystem, storage_options=storage_options)
+                   progress=progress, filesystem=filesystem, storage_options=storage_options, state_store=state_store)
     snapshot = view_snapshot(view, wanted)
     checkpoint = snapshot.checkpoint
     if at_ms is not None and not checkpoint.complete:

@@ -23,6 +23,9 @@ What a :class:`View` holds
   it exists, and (in the process that read them, never stored) the records of the window's batches;
 * ``state``: what the state operators' metadata said (read while the watermark is 0: evidence of a
   watermark, :func:`watermark_ops.core.stall.watermark_evidence`);
+* ``state_store``: the state summary (:class:`~watermark_ops.core.state.summary.StateSummary`: the
+  stateful operators, their rows per batch, the chain a restart replays) as read at the head of
+  the look that last asked for it; read again only when the checkpoint has new batches;
 * ``remembered``: the head the last *audit* saw, with an accepted reset
   (:class:`~watermark_ops.core.memory.RememberedHead`): the memory rules compare with it. Only an
   audit (or ``accept-reset``) changes it; every other face carries it through unchanged.
@@ -44,7 +47,8 @@ JSON (:meth:`View.to_dict`, format 2)::
      "audit": {"boundary", "boundary_batch", "final": [Finding], "findings": [Finding],
                "async_tracking": bool, "highest": [ms, "offsets/N"] | null, "conf_seen": [[run, key]]} | null,
      "progress": {"path", "found": bool, "end": bytes read} | null,
-     "state": {"metadata": StateMetadata.to_dict() | null, "problems": [str]} | null}
+     "state": {"metadata": StateMetadata.to_dict() | null, "problems": [str]} | null,
+     "state_store": StateSummary.to_dict() | null}
 
 Format 1 (the sensors' tail of earlier versions, :class:`watermark_ops.core.tail.Tail`) is read
 as a view without audit, progress or state: migrated on the next save.
@@ -65,6 +69,7 @@ from watermark_ops.core.rules import Finding
 
 if TYPE_CHECKING:
     from watermark_ops.core.state.metadata import StateMetadata
+    from watermark_ops.core.state.summary import StateSummary
 
 __all__ = ["VIEW_FORMAT", "WINDOW", "Audited", "InProcessViews", "ProgressPosition", "View", "ViewFormatError",
            "load_view", "save_view"]
@@ -141,6 +146,8 @@ class View:
     :ivar audit: :class:`Audited`, or None (no whole read yet).
     :ivar progress: :class:`ProgressPosition`, None when the progress log is not followed.
     :ivar state: ``(StateMetadata | None, problem messages)`` while the watermark is 0, else None.
+    :ivar state_store: the state summary as last read (:mod:`watermark_ops.core.state.summary`), None
+        when no look asked for it.
     :ivar remembered: the head the last audit saw (with an accepted reset), None if none.
     :ivar reads: what the last look read: ``{"mode": "full" | "bounded" | "incremental",
         "batch_files": n, "requests": n}`` (``requests``: files read, probed and stat'ed, and folders listed).
@@ -159,6 +166,7 @@ class View:
     progress: ProgressPosition | None = None
     state: tuple[StateMetadata | None, tuple[str, ...]] | None = None
     remembered: RememberedHead | None = None
+    state_store: StateSummary | None = None
     reads: dict[str, Any] = field(default_factory=dict, compare=False)
     requests: dict[str, Any] = field(default_factory=dict, compare=False)
     head_tag: Any = field(default=None, compare=False)
@@ -186,7 +194,8 @@ class View:
         confs: list[dict[str, str]] = []
         out: dict[str, Any] = {"format": VIEW_FORMAT, "location": self.location, "query_id": self.query_id,
                                "newest": self.newest, "checkpoint": _checkpoint_dict(self.window, confs),
-                               "head_size": self.head_size, "audit": None, "progress": None, "state": None}
+                               "head_size": self.head_size, "audit": None, "progress": None, "state": None,
+                               "state_store": None if self.state_store is None else self.state_store.to_dict()}
         if self.audit is not None:
             a = self.audit
             out["audit"] = {"boundary": a.boundary,
@@ -238,7 +247,7 @@ class View:
             head_size = value.get("head_size")
             return cls(location=value["location"], query_id=value["query_id"], newest=int(value["newest"]),
                        window=window, head_size=None if head_size is None else int(head_size), audit=audit,
-                       progress=progress, state=state)
+                       progress=progress, state=state, state_store=_state_store(value.get("state_store")))
         except (KeyError, TypeError, IndexError, AttributeError, ValueError) as exc:
             raise ViewFormatError(f"not a view written by View.to_dict: {exc!r}") from None
 
@@ -374,6 +383,18 @@ def _checkpoint_of(ck: dict[str, Any], confs: list[Any]) -> Checkpoint:
 
 def _finding(value: dict[str, Any]) -> Finding:
     return Finding(value["rule"], value["severity"], value["batch_id"], value["file"], value["message"])
+
+
+def _state_store(value: Any) -> StateSummary | None:
+    """The stored state summary; None when absent or unreadable (only a cache: read again)."""
+    if value is None:
+        return None
+    from watermark_ops.core.state.summary import StateSummary
+
+    try:
+        return StateSummary.from_dict(value)
+    except (KeyError, TypeError, IndexError, AttributeError, ValueError):
+        return None
 
 
 def _state_metadata(value: dict[str, Any]) -> StateMetadata:

@@ -13,7 +13,7 @@ from watermark_ops.core.log_formats import LogFileError, ReadProblem, is_batch_f
 from watermark_ops.core.storage import _resolve
 
 __all__ = ["STATE_METADATA_MAX_VERSION", "WATERMARK_DELAY_KEY", "StateMetadata", "StateOperator",
-           "parse_state_schema", "read_state_metadata", "state_schema_path"]
+           "parse_state_schema", "read_state_metadata", "state_metadata_on", "state_schema_path"]
 
 # which of their state columns carry an event-time watermark
 
@@ -105,6 +105,12 @@ def read_state_metadata(location: Any, *, filesystem: Any = None,
         or unreadable file a :class:`ReadProblem` naming it. Never raises for content.
     """
     storage, root = _resolve(location, filesystem, storage_options)
+    return state_metadata_on(storage, root)
+
+
+def state_metadata_on(storage: Any, root: str) -> StateMetadata:
+    """:func:`read_state_metadata` on a resolved storage (``core.storage``: what a caller already
+    reading the checkpoint with it passes, so that its requests are counted together)."""
     shown = storage.display(root)
     problems: list[ReadProblem] = []
     state = f"{root}/state"

@@ -222,9 +222,17 @@ def read_state(location: Any, *, filesystem: Any = None, storage_options: dict[s
 def state_of(storage: Any, root: str, checkpoint: Any, metadata: Any, progress_records: list[dict[str, Any]],
              min_batches_to_retain: int = DEFAULT_MIN_BATCHES_TO_RETAIN,
              history_versions: int = DEFAULT_HISTORY_VERSIONS,
-             max_replay_bytes: int = DEFAULT_MAX_REPLAY_BYTES) -> CheckpointState:
+             max_replay_bytes: int = DEFAULT_MAX_REPLAY_BYTES, *, list_files: bool | None = True,
+             count_files: bool | None = True) -> CheckpointState:
     """:func:`read_state` on a resolved storage, with the checkpoint, the state metadata and the
-    progress records already read (what a caller holding one snapshot of the checkpoint passes)."""
+    progress records already read (what a caller holding one snapshot of the checkpoint passes).
+
+    :param list_files: list the partition and store folders (the chain, versions, bytes); False:
+        the metadata and the progress log's rows only (no request beyond the metadata's); None:
+        only the folders of operators whose rows the progress log does not give.
+    :param count_files: count rows from the files (True); False never; None only for operators
+        whose rows the progress log does not give (what a face looking often reads).
+    """
     shown = storage.display(root)
     committed = [b.batch_id for b in checkpoint.batches if b.committed]
     committed_id = max(committed) if committed else None
@@ -239,8 +247,12 @@ def state_of(storage: Any, root: str, checkpoint: Any, metadata: Any, progress_r
     unique_ids = (commit.metadata.get("stateUniqueIds") if commit is not None else None) or {}
     watermarks = {b.batch_id: b.watermark_ms for b in checkpoint.batches}
     planned = []
+    n = len(metadata.operators)
+    in_progress = {op.operator_id for op in metadata.operators
+                   if _progress_series(progress_records, checkpoint.query_id, op.operator_id, n)}
     for op in metadata.operators:
-        chains = _operator_chains(storage, f"{root}/state/{op.operator_id}", op, problems)
+        listed = list_files or (list_files is None and op.operator_id not in in_progress)
+        chains = _operator_chains(storage, f"{root}/state/{op.operator_id}", op, problems) if listed else []
         ids = unique_ids.get(str(op.operator_id)) if isinstance(unique_ids, dict) else None
         stores = _store_names(op, chains)
         for chain in chains:
@@ -249,8 +261,11 @@ def state_of(storage: Any, root: str, checkpoint: Any, metadata: Any, progress_r
         planned.append((op, chains, stores))
     _lineage(storage, [c for _, chains, _ in planned for c in chains], problems)
     to_read: dict[str, str] = {}  # shown -> inside the storage
-    budget_ok = {}
+    budget_ok: dict[int, bool | None] = {}
     for op, chains, _ in planned:
+        if count_files is False or (count_files is None and op.operator_id in in_progress):
+            budget_ok[op.operator_id] = None  # not counted: not asked to
+            continue
         wanted = [f for c in chains for f in _files_to_read(c, history_versions)]
         total = sum(f.size or 0 for f in wanted)
         budget_ok[op.operator_id] = total <= max_replay_bytes
@@ -428,7 +443,7 @@ def _progress_series(records: list[dict[str, Any]], query_id: str | None, operat
 
 def _operator_state(op: StateOperator, chains: list[StoreChain], stores: tuple[str, ...], conf: dict[str, str],
                     progress_records: list[dict[str, Any]], checkpoint: Any, watermarks: dict[int, int | None],
-                    counted: bool, max_replay_bytes: int, folder: str, n_operators: int) -> OperatorState:
+                    counted: bool | None, max_replay_bytes: int, folder: str, n_operators: int) -> OperatorState:
     partitions = sorted({c.partition for c in chains})
     providers = {c.provider for c in chains if c.provider}
     provider = providers.pop() if len(providers) == 1 else provider_of_class(conf.get(PROVIDER_CONF))
@@ -442,7 +457,9 @@ def _operator_state(op: StateOperator, chains: list[StoreChain], stores: tuple[s
     file_removed = {v - 1: sum(c.removed[v] for c in row_chains) for v in sorted(versions)
                     if all(v in c.removed for c in row_chains)}
     note = None
-    if not counted:
+    if counted is None:
+        pass  # not asked to count: the progress log's rows
+    elif not counted:
         note = f"not counted: the files to replay exceed {max_replay_bytes} bytes"
     elif row_chains and not file_rows:
         if changelog and any(c.base_version for c in row_chains):
