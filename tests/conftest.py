@@ -61,6 +61,28 @@ def spark():
     session.stop()
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _shared_session_keeps_its_confs(request):
+    """After each test file, the shared session's 2 shuffle partitions are put back if the file
+    changed them (an unset leaves Spark's 200: the next file's stateful queries then run 100 times
+    the tasks and time out, and a timed-out py4j call leaves the gateway out of step for the rest
+    of the worker). Reported as a warning, so that the file that did it can be mended."""
+    yield
+    if "spark" not in request.fixturenames and "pyspark" not in sys.modules:
+        return
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.getActiveSession()
+    if session is None or type(session).__module__ != "pyspark.sql.session":  # none, or a Connect client
+        return
+    if session.conf.get("spark.sql.shuffle.partitions") != "2":
+        import warnings
+
+        warnings.warn(f"{request.module.__name__} left spark.sql.shuffle.partitions="
+                      f"{session.conf.get('spark.sql.shuffle.partitions')}; put back to 2", stacklevel=1)
+        session.conf.set("spark.sql.shuffle.partitions", "2")
+
+
 @pytest.fixture(scope="session")
 def airflow_db():
     """A fresh, migrated SQLite metadata DB for this test session (real Airflow, no mocks)."""
