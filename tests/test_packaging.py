@@ -130,7 +130,7 @@ def test_provider_info_validates_against_airflows_schema():
 
     assert all(issubclass(import_string(path), BaseNotifier) for path in info["notifications"])
     assert set(info["config"]["watermark_ops"]["options"]) == {"checkpoint_roots", "checkpoints", "monitor_config",
-                                                             "overview_max_age"}
+                                                             "overview_max_age", "state_alarms"}
 
 
 # --- Airflow loads it: the installed distribution's entry points -----------------------------------

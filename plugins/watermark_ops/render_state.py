@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from watermark_ops.render import _SEVERITY_STYLE
+from watermark_ops.render import _SEVERITY_STYLE, _bytes_text
 
 __all__ = ["finding_document", "preflight_document", "print_preflight", "print_state", "state_document"]
 
@@ -40,14 +40,6 @@ def preflight_document(report: Any) -> dict[str, Any]:
     """``{"location", "verdict", "head_batch_id", "spark_version", "requested_conf", "findings":
     [{"code", "level", "file", "message", "recipe", "batch_id"}]}``."""
     return report.to_dict()
-
-
-def _size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
 
 
 def _rows_text(op: Any, last: int = 6) -> str:
@@ -81,7 +73,7 @@ def print_state(state: Any, findings: Iterable[Any], console: Any) -> None:
                           _rows_text(op), str(op.chain_length),
                           "-" if op.snapshot_version is None else str(op.snapshot_version),
                           f"{op.versions_kept} ({op.oldest_version}-{op.latest_version})" if op.versions_kept else "0",
-                          f"{_size(op.bytes_on_disk)} / {op.files_on_disk} files")
+                          f"{_bytes_text(op.bytes_on_disk)} / {op.files_on_disk} files")
         console.print(table)
     _print_findings(console, [(f.severity, f.rule, f.file, f.message, None) for f in findings], _SEVERITY_STYLE)
 

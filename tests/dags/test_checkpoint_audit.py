@@ -64,9 +64,13 @@ def test_triggered_run_logs_the_same_table_as_the_terminal(spark, dag, tmp_path,
     assert report["status"] == "ok" and report["location"] == str(checkpoint)
     # The table the terminal prints for the same checkpoint (same rows, same findings) is in the log.
     terminal = audit_report_text(run_audit(str(checkpoint)))
-    table = [line for line in terminal.splitlines() if line.startswith(("┃", "│"))]
-    assert len(table) == 1 + 7
-    for line in table:
+    lines = terminal.splitlines()
+    tables = [line for line in lines if line.startswith(("┃", "│"))]
+    end = next(i for i, line in enumerate(lines) if line.startswith("└"))  # the batches' table ends here
+    batches = [line for line in lines[:end] if line.startswith(("┃", "│"))]
+    assert len(batches) == 1 + 7
+    assert len(tables) == len(batches) + 2  # then the state store's: its header and its one operator
+    for line in tables:
         assert line in log
 
 

@@ -151,9 +151,21 @@ def test_a_deleted_offsets_file_below_the_head_is_a_restart_spark_refuses(spark,
     assert f"\"batch {head - 1} doesn't exist\"" in finding.message
     assert not [f for f in report.findings if f.rule == "missing_batch"]
     assert (report.status, report.exit_code) == ("violation", 1)
-    # What the finding says is what Spark does: the restart fails, naming the missing batch.
-    with pytest.raises(StreamingQueryException, match=f"batch {head - 1} doesn't exist"):
-        cf.run_job(spark, dirs)
+    # What the finding says is what Spark does: the restart fails, naming the missing batch. (The copy
+    # moved the landed files: the driver's start check would refuse that first, so it is accepted here,
+    # as a run that says accept_changes=["source_path"] does, and Spark's own refusal is what is seen.)
+    # Spark's refusal reaches the task as one line (issue 28), Spark's own exception its cause.
+    from watermark_ops.spark.restart import RestartRefused
+
+    spark._watermark_ops_accept = ("source_path",)
+    try:
+        with pytest.raises(RestartRefused, match=rf"refused by Spark \(offsets_hole\): offsets/{head - 1} is missing") as refused:
+            cf.run_job(spark, dirs)
+    finally:
+        del spark._watermark_ops_accept
+    assert isinstance(refused.value.__cause__, StreamingQueryException)
+    assert f"batch {head - 1} doesn't exist" in str(refused.value.__cause__)
+    assert refused.value.diagnosis.file == f"{dirs.checkpoint}/offsets/{head - 1}"
 
     # With commits/N-1 gone too (a hole in both logs, as async progress tracking leaves), the one error left.
     (dirs.checkpoint / "commits" / str(head - 1)).unlink()

@@ -117,5 +117,7 @@ def test_a_stateless_checkpoint_is_read_for_its_state_once(tmp_path):
     cf.handmade_checkpoint(str(root), chain + [(2_000, 3_000)])  # a new batch
     moved = advance(str(root), first, newest=10, state_store="full")
     plain = advance(str(root), first, newest=10)
-    assert moved.head_batch_id == 2 and moved.state_store is first.state_store
+    # not read again: the same state, said of the new head (as a full audit of the new head says it)
+    assert moved.head_batch_id == 2 and moved.state_store.state is first.state_store.state
+    assert moved.state_store.head_batch_id == 2 and moved.state_store.document()["read_at_batch_id"] == 2
     assert _requests(moved) == _requests(plain)  # nothing more: a stateless query never gains state

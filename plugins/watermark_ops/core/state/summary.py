@@ -32,7 +32,7 @@ Pure core: imports neither Airflow nor Spark.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable
 
 from watermark_ops.core.log_formats import ReadProblem
@@ -73,12 +73,18 @@ class StateSummary:
     :ivar head_committed: that head was committed (its state version written).
     :ivar state: the state, trimmed (each operator's newest :data:`KEPT_BATCHES` batches; no
         ``file_rows``, ``conf`` or chains).
+    :ivar metadata: the state metadata that read used
+        (:class:`~watermark_ops.core.state.metadata.StateMetadata`), kept in process only (not in
+        :meth:`to_dict`): a later read at depth ``rows`` of the same query takes it instead of
+        listing ``state/`` again (a query's operators change only with a restart Spark accepts, and
+        a view is read again whole on a new query id).
     """
 
     depth: str
     head_batch_id: int | None
     head_committed: bool
     state: CheckpointState
+    metadata: Any = field(default=None, compare=False, repr=False)
 
     def fresh_for(self, head_batch_id: int | None, committed: bool, depth: str) -> bool:
         """True when this summary answers a look at ``head_batch_id`` (committed or not) that wants
@@ -157,16 +163,17 @@ class StateSummary:
                    head_committed=bool(value["head_committed"]), state=_state_of_dict(value["state"]))
 
 
-def summary_of(state: CheckpointState, depth: str, head_batch_id: int | None, committed: bool) -> StateSummary:
-    """``state`` as a summary (trimmed: see :class:`StateSummary`)."""
+def summary_of(state: CheckpointState, depth: str, head_batch_id: int | None, committed: bool,
+               metadata: Any = None) -> StateSummary:
+    """``state`` as a summary (trimmed: see :class:`StateSummary`), read with ``metadata``."""
     operators = tuple(replace(op, batches=op.batches[-KEPT_BATCHES:], file_rows={}, chains=(),
                               missing_files=op.missing_files[:_MISSING_KEPT]) for op in state.operators)
     return StateSummary(depth=depth, head_batch_id=head_batch_id, head_committed=committed,
-                        state=replace(state, operators=operators, conf={}))
+                        state=replace(state, operators=operators, conf={}), metadata=metadata)
 
 
 def read_summary(storage: Any, root: str, checkpoint: Any, records: Iterable[dict[str, Any]] | None, *, depth: str,
-                 max_replay_bytes: int = VIEW_MAX_REPLAY_BYTES) -> StateSummary:
+                 max_replay_bytes: int = VIEW_MAX_REPLAY_BYTES, metadata: Any = None) -> StateSummary:
     """Read the state of the checkpoint at ``root`` on ``storage`` (``core.storage``, the look's
     own: its requests are counted with the look's) to ``depth``.
 
@@ -174,6 +181,7 @@ def read_summary(storage: Any, root: str, checkpoint: Any, records: Iterable[dic
         committed head, its confs, each batch's watermark).
     :param records: the progress records of those batches (None or empty: rows from the files at
         depth ``full``, unknown at depth ``rows``).
+    :param metadata: the state metadata an earlier read of the same query used (None: read it now).
     :raises ValueError: an unknown depth. Never raises for content: what cannot be read is a problem.
     """
     from watermark_ops.core.state.metadata import state_metadata_on
@@ -182,13 +190,14 @@ def read_summary(storage: Any, root: str, checkpoint: Any, records: Iterable[dic
     if depth not in DEPTHS:
         raise ValueError(f"depth must be one of {DEPTHS}, got {depth!r}")
     storage.forget(f"{root}/state")
-    metadata = state_metadata_on(storage, root)
+    if metadata is None:
+        metadata = state_metadata_on(storage, root)
     # a light read of the progress log has every asked field, absent ones as None
     kept = [{k: v for k, v in r.items() if v is not None} for r in (records or ())]
     state = state_of(storage, root, checkpoint, metadata, kept, max_replay_bytes=max_replay_bytes,
                      list_files=True if depth == "full" else None, count_files=None)
     head = checkpoint.head_batch_id
-    return summary_of(state, depth, head, head is not None and checkpoint.in_flight_batch_id is None)
+    return summary_of(state, depth, head, head is not None and checkpoint.in_flight_batch_id is None, metadata)
 
 
 def summary_after(storage: Any, root: str, window: Any, previous: StateSummary | None,
@@ -200,11 +209,16 @@ def summary_after(storage: Any, root: str, window: Any, previous: StateSummary |
     head = window.head_batch_id
     committed = head is not None and window.in_flight_batch_id is None
     if previous is not None and previous.fresh_for(head, committed, depth):
-        return previous
+        if previous.head_batch_id == head or previous.state.has_state_folder:
+            return previous
+        # a committed stateless query, not read again: what it said holds at this head too, as a read would say
+        return replace(previous, head_batch_id=head, head_committed=committed)
     if head is None:
         return None
     try:
-        return read_summary(storage, root, window, records, depth=depth)
+        known = (previous.metadata if previous is not None and depth == "rows" and previous.depth == "rows"
+                 and not previous.state.problems else None)
+        return read_summary(storage, root, window, records, depth=depth, metadata=known)
     except Exception as exc:  # noqa: BLE001 - reported as the state's problem, never the look's failure
         folder = storage.display(f"{root}/state")
         state = CheckpointState(location=window.location, has_state_folder=True, problems=(
