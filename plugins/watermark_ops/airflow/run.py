@@ -13,10 +13,10 @@ needs before and after its Spark run, wired once::
       │                      rows in = aggregated + late + quarantined   (``core.ledger.reconcile_run``)
       │      └─▶ check_run  fails a run that set aside most of its rows, or aggregated none, naming
       │                     the top reason and one example record (``core.ledger.quarantine_check``)
-      ├─▶ audit_checkpoint   the watermark never went backwards (``WatermarkAuditOperator``)
-      │      └─▶ state_checkpoint  rows per stateful operator, watermark bound, chain, state findings
-      └─▶ complete           optional completeness gate (``WatermarkReachedSensor``) ─┐
-                             late_ledger ─────────────────────────────────────────────┴─▶ announce
+      └─▶ audit_checkpoint   the watermark never went backwards (``WatermarkAuditOperator``)
+             ├─▶ state_checkpoint  rows per stateful operator, watermark bound, chain, state findings
+             └─▶ complete    optional completeness gate (``WatermarkReachedSensor``), after a passed audit ─┐
+                             late_ledger ───────────────────────────────────────────────────────────────────┴─▶ announce
                              optional: one partitioned asset event per closed partition
                              (``WatermarkPartitionsOperator``)
 
@@ -381,7 +381,9 @@ def watermarked_run(
                        **(complete_kwargs or {})}
             gate = WatermarkReachedSensor(task_id=ids["complete"], checkpoint=checkpoint, target=complete_target,
                                           asset=complete_asset, **options)
-            submit >> gate
+            # after the audit: completeness is announced only for a checkpoint whose watermark the audit
+            # passed, and the two looks share the checkpoint's remembered view in one order on every run
+            audit >> gate
         if partition_asset is not None:
             announce = WatermarkPartitionsOperator(
                 task_id=ids["announce"], checkpoint=checkpoint, asset=partition_asset, since=partition_since,
