@@ -47,6 +47,32 @@ from watermark_ops.examples.flights.settings import airflow_config_env  # noqa: 
 os.environ.update(airflow_config_env())
 
 
+#: The slowest test files (``--durations`` of a full run, slowest first). pytest-xdist hands out
+#: files in collection order, so these start first and the two workers finish together, instead of
+#: one running a long file alone at the end while the other has nothing left.
+SLOWEST_FIRST = (
+    "tests/dags/test_day_partitions.py",
+    "tests/watermark_ops/examples/test_deploy.py",
+    "tests/test_user_project_wheel.py",
+    "tests/test_readings_project_wheel.py",
+    "tests/spark_jobs/test_connect_supervision.py",
+    "tests/dags/test_crash_restart.py",
+    "tests/dags/test_connect_mode.py",
+    "tests/spark_jobs/test_late_ledger.py",
+    "tests/spark_jobs/test_update_mode.py",
+    "tests/watermark_ops/examples/flights/test_lander.py",
+    "tests/spark_jobs/test_checkpoint_lock.py",
+    "tests/dags/test_flights_pipeline.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Run the files of :data:`SLOWEST_FIRST` first, in that order; every other file after them in
+    the order collected (a stable sort: each file's tests stay together and in order)."""
+    rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+
+
 @pytest.fixture(scope="session")
 def spark():
     """One real SparkSession (``local[2]``, 2 shuffle partitions, UTC) for the whole test run.

@@ -80,7 +80,7 @@ def test_pipeline_shape():
     assert "flight_windows" in dag.get_task("collect_progress").upstream_task_ids
     assert dag.get_task("late_ledger").upstream_task_ids == {"flight_windows"}
     assert dag.get_task("audit_checkpoint").upstream_task_ids == {"flight_windows"}
-    assert dag.get_task("windows_complete").upstream_task_ids == {"flight_windows"}
+    assert dag.get_task("windows_complete").upstream_task_ids == {"audit_checkpoint"}  # after a passed audit
     # Day partitions are announced after the gate and after the ledger wrote the run's late rows.
     assert dag.get_task("announce_days").upstream_task_ids == {"late_ledger", "windows_complete"}
     spark = dag.get_task("flight_windows")
