@@ -99,7 +99,7 @@ def _shared_session_keeps_its_confs(request):
     the tasks and time out, and a timed-out py4j call leaves the gateway out of step for the rest
     of the worker). Reported as a warning, so that the file that did it can be mended."""
     yield
-    if "spark" not in request.fixturenames and "pyspark" not in sys.modules:
+    if "pyspark" not in sys.modules:  # no Spark in this worker yet: nothing to put back
         return
     from pyspark.sql import SparkSession
 
