@@ -415,9 +415,9 @@ def _purge(reading: _Reading, lowest: int) -> tuple[int, list[int]] | None:
     path = f"{root}/offsets/{lowest}"
     if not isinstance(storage.stat([path])[path], FileNotFoundError):
         return None
-    from watermark_ops.core.log_formats import is_batch_file_name
+    from watermark_ops.core.log_formats import batch_file_names
 
-    ids = sorted(int(name) for name in storage.names(f"{root}/offsets") if is_batch_file_name(name))
+    ids = sorted(int(name) for name in batch_file_names(storage.names(f"{root}/offsets")))
     return (ids[0] if ids else lowest), ids
 
 

@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from watermark_ops.core.checkpoint import Checkpoint
+from watermark_ops.core.checkpoint import Checkpoint, collector_paused
 from watermark_ops.core.memory import AuditMemory, RememberedHead
 from watermark_ops.core.progress import ProgressLog
 from watermark_ops.core.findings import batch_records, log_findings, log_rules, sort_findings, with_memory  # noqa: F401
@@ -200,6 +200,14 @@ def run_audit(location: Any, memory: AuditMemory | None = None, *, storage_optio
     :raises watermark_ops.core.memory.MemoryFormatError: when the memory holds a malformed head
         (nothing is read from the checkpoint then, and nothing is written).
     """
+    with collector_paused():  # acyclic values only: see collector_paused
+        return _run_audit(location, memory, storage_options=storage_options, now_ms=now_ms, filesystem=filesystem,
+                          full=full, state_store=state_store, state_thresholds=state_thresholds)
+
+
+def _run_audit(location: Any, memory: AuditMemory | None, *, storage_options: dict[str, Any] | None,
+               now_ms: int | None, filesystem: Any, full: bool, state_store: bool,
+               state_thresholds: StateThresholds) -> AuditReport:
     from watermark_ops.core.advance import advance
     from watermark_ops.core.view import WINDOW, load_view, save_view
 
@@ -218,7 +226,7 @@ def run_audit(location: Any, memory: AuditMemory | None = None, *, storage_optio
             view = advance(location, previous, newest=newest, audit=True, state=False, full=True, **where)
             known = _known(view)
     checkpoint = view.fresh or view.window
-    records = batch_records(view.fresh) if view.fresh is not None else tuple(BatchRecord.from_batch(b) for b in known)
+    records = batch_records(view.fresh) if view.fresh is not None else BatchRecord.from_batches(known)
     memory_findings = memory_rules(records, remembered, query_id=checkpoint.query_id,
                                    head_batch_id=checkpoint.head_batch_id, location=checkpoint.location)
     findings = with_memory(view.findings, memory_findings)
@@ -227,7 +235,7 @@ def run_audit(location: Any, memory: AuditMemory | None = None, *, storage_optio
         state_found = summary.findings(state_thresholds)
         findings = sort_findings([*findings, *state_found])
         document = summary.document(state_thresholds, state_found)
-    shown = records if view.fresh is not None else tuple(BatchRecord.from_batch(b) for b in view.window.batches)
+    shown = records if view.fresh is not None else BatchRecord.from_batches(view.window.batches)
     lowest = checkpoint.lowest_offsets_batch_id
     reads = dict(view.reads, batches_held=len(shown), new_batches=sum(1 for b in view.added if b.offsets_file),
                  batches_in_logs=len(shown) + (0 if view.fresh is not None else view.window.unread_batches),

@@ -80,8 +80,7 @@ from watermark_ops.core.log_formats import (
     LogFileError,
     OffsetsEntry,
     ReadProblem,
-    frozen_value,
-    is_batch_file_name,
+    batch_file_names,
     parse_commit,
     parse_metadata,
     parse_offsets,
@@ -238,8 +237,7 @@ class Checkpoint:
 def _batch_files(storage: Any, folder: str) -> dict[int, str]:
     """One listing of a log folder (names only: no stat per file) -> {batch id: path} of the names
     that are a whole decimal batch id (``HDFSMetadataLog.isBatchFile``)."""
-    return {int(name): f"{folder}/{name}" for name in storage.names(folder)
-            if name[:1] != "." and is_batch_file_name(name)}  # the local .N.crc files: half the names
+    return {int(name): f"{folder}/{name}" for name in batch_file_names(storage.names(folder))}
 
 
 def read_checkpoint(location: Any, *, filesystem: Any = None, storage_options: dict[str, Any] | None = None,
@@ -320,12 +318,15 @@ def _read_sized(storage: Any, root: str, newest: int | None) -> tuple[Checkpoint
     problems.extend(files.problems)
     offsets_files, commit_files = files.offsets_files, files.commit_files
     offsets, commits = files.offsets, files.commits
-    batches = tuple(
-        frozen_value(Batch, {"batch_id": i, "offsets": offsets.get(i), "commit": commits.get(i),
-                             "offsets_file": display(offsets_files[i]) if i in offsets_files else None,
-                             "commit_file": display(commit_files[i]) if i in commit_files else None})
-        for i in sorted(offsets_files.keys() | commit_files.keys())
-    )
+    new, built = object.__new__, []  # one Batch per batch id (10,000 in an audit), as frozen_value builds it
+    for i in sorted(offsets_files.keys() | commit_files.keys()):
+        offsets_file, commit_file = offsets_files.get(i), commit_files.get(i)
+        batch = new(Batch)
+        batch.__dict__.update({"batch_id": i, "offsets": offsets.get(i), "commit": commits.get(i),
+                               "offsets_file": None if offsets_file is None else display(offsets_file),
+                               "commit_file": None if commit_file is None else display(commit_file)})
+        built.append(batch)
+    batches = tuple(built)
     return Checkpoint(location=shown, query_id=files.query_id, batches=batches, problems=tuple(problems),
                       has_commit_log=top.get("commits") == "directory",
                       metadata_file=display(metadata_path) if metadata_path else None,
@@ -371,6 +372,7 @@ def read_log_files(storage: Any, offsets_files: dict[int, str], commit_files: di
     probed_offsets = set(probed_offsets)
     paths = [*offsets_files.values(), *commit_files.values(), *([metadata_path] if metadata_path else [])]
     content = storage.read(paths, probed=probed | probed_offsets)
+    read = content.contents.get  # content(path) without a call per file
     conf_cache: dict[Any, Any] = {}  # one parse of the conf every batch repeats
     parse_offsets_cached = partial(parse_offsets, conf_cache=conf_cache)
     parsed: dict[str, Any] = {}
@@ -384,7 +386,9 @@ def read_log_files(storage: Any, offsets_files: dict[int, str], commit_files: di
                 parsed[path] = _query_id(content(path), display(path), own, content.attempts.get(path, 1))
                 own_problems[path] = own
                 continue
-            raw = content(path)
+            raw = read(path)
+            if raw is None:
+                raw = content(path)  # not read: a FileNotFoundError naming it
             if raw.__class__ is bytes:  # the common case first: a file read whole (20,000 of them in an audit)
                 try:
                     value = parse(raw, batch_id, display(path))
@@ -414,7 +418,7 @@ def read_log_files(storage: Any, offsets_files: dict[int, str], commit_files: di
     jobs = [*((parse_offsets_cached, i, path) for i, path in offsets_files.items()),
             *((parse_commit, i, path) for i, path in commit_files.items()),
             *([(None, -1, metadata_path)] if metadata_path else [])]
-    with _collector_paused(len(paths) > _MANY_FILES):
+    with collector_paused(len(paths) > _MANY_FILES):
         parse_some(jobs)
     for delay in storage.retry_delays:  # half-written files: read again, within a bound
         again = {path for path, own in own_problems.items() if any(p.kind in _HALF_WRITTEN for p in own)}
@@ -451,11 +455,12 @@ _MANY_FILES = 2000
 
 
 @contextlib.contextmanager
-def _collector_paused(pause: bool) -> Iterator[None]:
-    """Python's cyclic garbage collector paused (when ``pause``) while many log files are parsed:
-    a few objects per batch (100,000 for 10,000 batches), no reference cycle among them, and each
-    collection their allocations trigger walks every object built so far (a tenth of a terminal
-    audit's time). Re-enabled after, unless it was off before."""
+def collector_paused(pause: bool = True) -> Iterator[None]:
+    """Python's cyclic garbage collector paused (when ``pause``) while a checkpoint is read and
+    judged: a few objects per batch (100,000 for 10,000 batches), no reference cycle among them,
+    and each collection their allocations trigger walks every object built so far (an eighth of a
+    terminal audit's time). Re-enabled after, unless it was off before; nests (an inner pause
+    leaves the collector as the outer one set it)."""
     was = pause and gc.isenabled()
     if was:
         gc.disable()

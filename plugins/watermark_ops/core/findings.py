@@ -70,7 +70,7 @@ def batch_records(checkpoint: Checkpoint) -> tuple[BatchRecord, ...]:
     10,000 batches uses them for every rule and the report)."""
     records = checkpoint.__dict__.get("_batch_records")
     if records is None:
-        records = tuple(BatchRecord.from_batch(b) for b in checkpoint.batches)
+        records = BatchRecord.from_batches(checkpoint.batches)
         checkpoint.__dict__["_batch_records"] = records  # a memo beside the frozen fields, not one of them
     return records
 

@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
 from watermark_ops.core.jsontext import loads
 
@@ -64,6 +64,7 @@ __all__ = [
     "LogFileError",
     "OffsetsEntry",
     "ReadProblem",
+    "batch_file_names",
     "is_batch_file_name",
     "parse_commit",
     "parse_metadata",
@@ -114,6 +115,13 @@ def is_batch_file_name(name: str) -> bool:
     files and numbers beyond a ``Long`` are not. (String methods, not a regex: a listing of a
     10,000-batch log folder holds 20,000 names.)"""
     return name.isdigit() and name.isascii() and (len(name) < 19 or int(name) <= MAX_BATCH_ID)
+
+
+def batch_file_names(names: Iterable[str]) -> list[str]:
+    """The names of a log folder's listing that :func:`is_batch_file_name` accepts, in listing
+    order: one pass over the listing (20,000 names in a 10,000-batch log folder, half of them the
+    local ``.N.crc`` files), no call per name."""
+    return [name for name in names if name.isdigit() and name.isascii() and (len(name) < 19 or int(name) <= MAX_BATCH_ID)]
 
 
 @dataclass(frozen=True)

@@ -67,7 +67,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
 from watermark_ops.core.checkpoint import Batch
-from watermark_ops.core.log_formats import ReadProblem, frozen_value
+from watermark_ops.core.log_formats import ReadProblem
 from watermark_ops.core.memory import RememberedHead
 from watermark_ops.core.times import iso_utc
 
@@ -159,18 +159,30 @@ class BatchRecord:
     @classmethod
     def from_batch(cls, batch: Batch) -> BatchRecord:
         """The record of a :class:`watermark_ops.core.checkpoint.Batch`."""
-        commit, offsets = batch.commit, batch.offsets  # built for every batch of an audit: frozen_value
-        return frozen_value(cls, {
-            "batch_id": batch.batch_id,
-            "watermark_ms": offsets.watermark_ms if offsets is not None else None,
-            "timestamp_ms": offsets.timestamp_ms if offsets is not None else None,
-            "next_watermark_ms": commit.next_watermark_ms if commit is not None and commit.has_next_watermark else None,
-            "committed": batch.commit_file is not None,
-            "has_offsets": batch.offsets_file is not None,
-            "conf": offsets.conf if offsets is not None else None,
-            "offsets_file": batch.offsets_file,
-            "commit_file": batch.commit_file,
-        })
+        return cls.from_batches((batch,))[0]
+
+    @classmethod
+    def from_batches(cls, batches: Iterable[Batch]) -> tuple[BatchRecord, ...]:
+        """:meth:`from_batch` of each batch, in order: one loop without a call per batch (an
+        audit builds 10,000 of them)."""
+        new, records = object.__new__, []
+        append = records.append
+        for batch in batches:
+            commit, offsets = batch.commit, batch.offsets
+            record = new(cls)
+            if offsets is not None:
+                watermark, timestamp, conf = offsets.watermark_ms, offsets.timestamp_ms, offsets.conf
+            else:
+                watermark = timestamp = conf = None
+            record.__dict__.update({
+                "batch_id": batch.batch_id, "watermark_ms": watermark, "timestamp_ms": timestamp,
+                "next_watermark_ms": (commit.next_watermark_ms if commit is not None
+                                      and "nextBatchWatermarkMs" in commit.metadata else None),
+                "committed": batch.commit_file is not None, "has_offsets": batch.offsets_file is not None,
+                "conf": conf, "offsets_file": batch.offsets_file, "commit_file": batch.commit_file,
+            })
+            append(record)
+        return tuple(records)
 
     def to_dict(self) -> dict[str, Any]:
         """``{"batch_id", "watermark_ms", "timestamp_ms", "next_watermark_ms", "committed"}``."""

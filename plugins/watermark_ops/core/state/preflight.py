@@ -56,7 +56,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from watermark_ops.core.state.reader import PROVIDER_CONF, provider_of_class
+from watermark_ops.core.state.model import PROVIDER_CONF, provider_of_class
 
 __all__ = ["FORMAT_VERSION_CONF", "GO", "LEVELS", "NO_GO", "WARN", "PreflightFinding", "PreflightReport",
            "preflight", "spark_version_tuple", "verdict_line"]

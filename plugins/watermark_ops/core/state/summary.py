@@ -37,7 +37,7 @@ from typing import Any, Iterable
 
 from watermark_ops.core.log_formats import ReadProblem
 from watermark_ops.core.rules import Finding
-from watermark_ops.core.state.reader import CheckpointState, OperatorState, StateBatch
+from watermark_ops.core.state.model import CheckpointState, OperatorState, StateBatch
 from watermark_ops.core.thresholds import DEFAULT_STATE_THRESHOLDS, StateThresholds
 
 __all__ = ["DEPTHS", "KEPT_BATCHES", "VIEW_MAX_REPLAY_BYTES", "StateSummary", "finding_document", "read_summary",
@@ -185,17 +185,22 @@ def read_summary(storage: Any, root: str, checkpoint: Any, records: Iterable[dic
     :raises ValueError: an unknown depth. Never raises for content: what cannot be read is a problem.
     """
     from watermark_ops.core.state.metadata import state_metadata_on
-    from watermark_ops.core.state.reader import state_of
+    from watermark_ops.core.state.model import stateless_state
 
     if depth not in DEPTHS:
         raise ValueError(f"depth must be one of {DEPTHS}, got {depth!r}")
     storage.forget(f"{root}/state")
     if metadata is None:
         metadata = state_metadata_on(storage, root)
-    # a light read of the progress log has every asked field, absent ones as None
-    kept = [{k: v for k, v in r.items() if v is not None} for r in (records or ())]
-    state = state_of(storage, root, checkpoint, metadata, kept, max_replay_bytes=max_replay_bytes,
-                     list_files=True if depth == "full" else None, count_files=None)
+    if not metadata.has_state_folder:  # a stateless query: the state files' readers are not needed
+        state = stateless_state(storage.display(root), checkpoint, metadata)
+    else:
+        from watermark_ops.core.state.reader import state_of
+
+        # a light read of the progress log has every asked field, absent ones as None
+        kept = [{k: v for k, v in r.items() if v is not None} for r in (records or ())]
+        state = state_of(storage, root, checkpoint, metadata, kept, max_replay_bytes=max_replay_bytes,
+                         list_files=True if depth == "full" else None, count_files=None)
     head = checkpoint.head_batch_id
     return summary_of(state, depth, head, head is not None and checkpoint.in_flight_batch_id is None, metadata)
 
