@@ -78,10 +78,12 @@ def _state_style(state: str) -> str:
 
 
 def terminal_console():
-    """A ``rich`` console on stdout: the terminal's width, or 160 columns when piped (logs, files)."""
+    """A ``rich`` console on stdout: the terminal's width, or 160 columns when piped (logs, files).
+    No emoji codes: a path or a message holding ``:x:`` is printed as it is (and rich's emoji
+    table is not loaded)."""
     from rich.console import Console
 
-    return Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+    return Console(highlight=False, emoji=False, width=None if sys.stdout.isatty() else 160)
 
 
 def text_console(width: int = 160):
@@ -90,7 +92,7 @@ def text_console(width: int = 160):
     from rich.console import Console
 
     return Console(file=io.StringIO(), width=width, no_color=True, force_terminal=False, highlight=False,
-                   soft_wrap=False)
+                   emoji=False, soft_wrap=False)
 
 
 def signed_duration(ms: int | None) -> str:

@@ -55,6 +55,17 @@ def test_audit_text_is_the_table_without_colour(tmp_path):
     assert "status violation (exit 1)" in text
 
 
+def test_an_emoji_code_in_a_path_is_printed_as_it_is(tmp_path, capsys):
+    # rich turns ":x:" into an emoji unless told not to: a checkpoint path (or a message quoting a
+    # conf value) holding one must reach the terminal and the task log unchanged.
+    root = tmp_path / "team:x:checkpoint"
+    cf.handmade_checkpoint(str(root), [(0, 5000), (5000, 9000)])
+    report = run_audit(str(root))
+    assert f"Checkpoint {root}" in render.audit_report_text(report, width=400)
+    render.print_audit_report(report, render.terminal_console())
+    assert f"Checkpoint {root}" in capsys.readouterr().out
+
+
 def test_status_document_and_tables(tmp_path):
     root = tmp_path / "cp"
     cf.handmade_checkpoint(str(root), [(0, 5000), (5000, 9000), (9000, None)])

@@ -80,6 +80,7 @@ from watermark_ops.core.log_formats import (
     LogFileError,
     OffsetsEntry,
     ReadProblem,
+    _spark_offsets_file,
     batch_file_names,
     parse_commit,
     parse_metadata,
@@ -390,6 +391,13 @@ def read_log_files(storage: Any, offsets_files: dict[int, str], commit_files: di
             if raw is None:
                 raw = content(path)  # not read: a FileNotFoundError naming it
             if raw.__class__ is bytes:  # the common case first: a file read whole (20,000 of them in an audit)
+                if parse is parse_offsets_cached:  # Spark's exact form, else None (then parse_offsets reports)
+                    value = _spark_offsets_file(raw, batch_id, display(path), conf_cache)
+                    if value is not None:
+                        parsed[path] = value
+                        if own_problems:
+                            own_problems.pop(path, None)
+                        continue
                 try:
                     value = parse(raw, batch_id, display(path))
                 except LogFileError as err:
@@ -403,7 +411,7 @@ def read_log_files(storage: Any, offsets_files: dict[int, str], commit_files: di
                         own_problems[path] = list(line_problems)
                     else:
                         own_problems.pop(path, None)
-                else:
+                elif own_problems:
                     own_problems.pop(path, None)
                 parsed[path] = value
                 continue
@@ -427,8 +435,11 @@ def read_log_files(storage: Any, offsets_files: dict[int, str], commit_files: di
         time.sleep(delay)
         content.update(storage.read(sorted(again), probed=probed | probed_offsets))
         parse_some(job for job in jobs if job[2] in again)
-    found_offsets = {i: path for i, path in offsets_files.items() if parsed[path] is not _ABSENT}
-    found_commits = {i: path for i, path in commit_files.items() if parsed[path] is not _ABSENT}
+    # only a probed file can be absent (a copy, not a pass over every file, when none was probed)
+    found_offsets = ({i: path for i, path in offsets_files.items() if parsed[path] is not _ABSENT}
+                     if probed_offsets else dict(offsets_files))
+    found_commits = ({i: path for i, path in commit_files.items() if parsed[path] is not _ABSENT}
+                     if probed else dict(commit_files))
     # read_checkpoint's order: metadata's problems, the offsets files' by batch id, the commits'
     ordered: list[ReadProblem] = list(own_problems.get(metadata_path, ())) if metadata_path else []
     if len(own_problems) > (1 if metadata_path else 0):
