@@ -12,7 +12,10 @@ package is run as ``sys.executable -m watermark_ops`` with ``PYTHONPATH`` set to
 
 * ``cat``: ``xargs cat`` of ``offsets/* commits/* metadata`` to /dev/null (reading the bytes, no parsing);
 * ``audit``: ``watermark-ops audit CKPT`` (the table), and ``audit --json``;
-* ``status@N`` / ``status@10``: ``watermark-ops status --json CKPT`` at ``--batches`` and at 10 batches.
+* ``status@N`` / ``status@10``: ``watermark-ops status --json CKPT`` at ``--batches`` and at 10 batches;
+* ``floor``: ``benchmarks/audit_floor.py CKPT``, the least a Python process does to audit the
+  same files (list, read, one regular expression per file, one rule, the progress log's fields,
+  a rich table; none of the package): what the interpreter itself costs beside ``cat``.
 
 In process (the core alone, imports done):
 
@@ -193,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
             "audit --json": command("audit", "--json", str(root)),
             f"status@{args.batches}": command("status", "--json", str(root)),
             "status@10": command("status", "--json", str(small)),
+            "floor": lambda: subprocess.run([sys.executable, str(Path(__file__).with_name("audit_floor.py")), str(root)],
+                                            stdout=subprocess.DEVNULL, check=True),
         })
 
         def audit() -> None:
@@ -217,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
         status_ratio = processes[f"status@{args.batches}"] / processes["status@10"]
         print(f"ratio audit / cat:               {processes['audit'] / processes['cat']:.2f}   (goal <= 1.5)")
         print(f"ratio audit --json / cat:        {processes['audit --json'] / processes['cat']:.2f}")
+        print(f"ratio floor / cat:               {processes['floor'] / processes['cat']:.2f}   (a bare Python reader)")
+        print(f"ratio audit / floor:             {processes['audit'] / processes['floor']:.2f}")
         print(f"ratio status@{args.batches} / status@10: {status_ratio:.2f}   (goal <= 1.2)")
         print(f"in process: audit / cat {in_process['audit'] / processes['cat']:.2f}, "
               f"read / cat {in_process['read'] / processes['cat']:.2f}")
