@@ -172,16 +172,18 @@ def _read_again(reading: _Reading, remembered: Any) -> View:
 
         with ThreadPoolExecutor(max_workers=1) as pool:
             log = pool.submit(_progress_read, reading, None, whole=True)
-            checkpoint, head_size = _read_sized(storage, root, None)
+            checkpoint, head_size, top = _read_sized(storage, root, None)
             position, whole = log.result()
     else:
-        checkpoint, head_size = _read_sized(storage, root, None if reading.audit else reading.newest)
+        checkpoint, head_size, top = _read_sized(storage, root, None if reading.audit else reading.newest)
     window = checkpoint
     if reading.audit:
         window = _window(checkpoint, checkpoint.batches, reading.newest, 0, checkpoint.problems,
                          checkpoint.lowest_offsets_batch_id)
         if not (storage.retry_delays and reading.progress_path is not None):
-            position, whole = _progress_read(reading, window, whole=True)
+            # a checkpoint without state/ (listed above): its records' state fields are not read
+            position, whole = _progress_read(reading, window, whole=True,
+                                             stateless=top is not None and "state" not in top)
         if position is not None and position.records is not None:
             first = window.batches[0].batch_id if window.batches else 0
             query_id = checkpoint.query_id
@@ -485,9 +487,11 @@ def _tail_cut(log: Any, path: str) -> list[str]:
             f"records of the oldest batches read may be missing"]
 
 
-def _progress_read(reading: _Reading, window: Checkpoint, *, whole: bool) -> tuple[ProgressPosition | None, Any]:
-    """The progress log read afresh: whole (an audit reads every run's records) or its end (the
-    records of the window's batches). Returns the position and, for a whole read, the log."""
+def _progress_read(reading: _Reading, window: Checkpoint, *, whole: bool,
+                   stateless: bool = False) -> tuple[ProgressPosition | None, Any]:
+    """The progress log read afresh: whole (an audit reads every run's records; only the audit's
+    fields, and the state's unless the checkpoint is ``stateless``) or its end (the records of the
+    window's batches). Returns the position and, for a whole read, the log."""
     from watermark_ops.core.progress import read_progress_log, read_progress_tail
 
     path = reading.progress_path
@@ -497,7 +501,8 @@ def _progress_read(reading: _Reading, window: Checkpoint, *, whole: bool) -> tup
     reading.progress_requests += 2
     try:
         if whole:  # the window's records are selected by the caller (the checkpoint may not be read yet)
-            fields = None if reading.state else _AUDIT_FIELDS + (_STATE_FIELDS if reading.state_store else ())
+            fields = None if reading.state else _AUDIT_FIELDS + (
+                _STATE_FIELDS if reading.state_store and not stateless else ())
             log = read_progress_log(path, **where, fields=fields)
             records = log.records if reading.state or reading.state_store else None
         elif window.batches:

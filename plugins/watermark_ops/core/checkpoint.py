@@ -275,15 +275,16 @@ def _read(storage: Any, root: str, newest: int | None) -> Checkpoint:
     return _read_sized(storage, root, newest)[0]
 
 
-def _read_sized(storage: Any, root: str, newest: int | None) -> tuple[Checkpoint, int | None]:
-    """:func:`_read`, and the size in bytes of the head's ``offsets/<head>`` (None when unread)."""
+def _read_sized(storage: Any, root: str, newest: int | None) -> tuple[Checkpoint, int | None, dict[str, str] | None]:
+    """:func:`_read`, the size in bytes of the head's ``offsets/<head>`` (None when unread), and
+    the checkpoint folder's listing (``{name: "file" | "directory"}``; None when not listed)."""
     display = storage.display
     shown = display(root)
     problems: list[ReadProblem] = []
     top = _list_checkpoint(storage, root, shown, problems)
     if top is None:
         return Checkpoint(location=shown, query_id=None, batches=(), problems=tuple(problems), has_commit_log=False,
-                          newest=newest), None
+                          newest=newest), None, None
     commit_files: dict[int, str] = {}
     if newest is None and storage.retry_delays and top.get("commits") == "directory":
         # A remote store: both log folders listed at once (each listing is pages of 1,000 names).
@@ -332,7 +333,7 @@ def _read_sized(storage: Any, root: str, newest: int | None) -> tuple[Checkpoint
                       has_commit_log=top.get("commits") == "directory",
                       metadata_file=display(metadata_path) if metadata_path else None,
                       newest=newest, unread_batches=unread, lowest_offsets_batch_id=lowest_offsets), \
-        files.offsets_sizes.get(head)
+        files.offsets_sizes.get(head), top
 
 
 @dataclass
