@@ -75,6 +75,8 @@ from dataclasses import dataclass, field
 from functools import cached_property, partial
 from typing import Any, Iterable, Iterator
 
+import msgspec
+
 from watermark_ops.core.log_formats import (
     CommitEntry,
     LogFileError,
@@ -126,9 +128,10 @@ OFFSETS_MAX_VERSION = 2
 COMMITS_MAX_VERSION = 3
 
 
-@dataclass(frozen=True)
-class Batch:
-    """Everything the checkpoint holds about one batch id: its offsets entry and its commit entry."""
+class Batch(msgspec.Struct, frozen=True):
+    """Everything the checkpoint holds about one batch id: its offsets entry and its commit entry.
+
+    A frozen ``msgspec.Struct``, as the entries are (an audit builds them for every batch)."""
 
     batch_id: int
     offsets: OffsetsEntry | None = None
@@ -320,14 +323,11 @@ def _read_sized(storage: Any, root: str, newest: int | None) -> tuple[Checkpoint
     problems.extend(files.problems)
     offsets_files, commit_files = files.offsets_files, files.commit_files
     offsets, commits = files.offsets, files.commits
-    new, built = object.__new__, []  # one Batch per batch id (10,000 in an audit), as frozen_value builds it
+    built = []  # one Batch per batch id (10,000 in an audit)
     for i in sorted(offsets_files.keys() | commit_files.keys()):
         offsets_file, commit_file = offsets_files.get(i), commit_files.get(i)
-        batch = new(Batch)
-        batch.__dict__.update({"batch_id": i, "offsets": offsets.get(i), "commit": commits.get(i),
-                               "offsets_file": None if offsets_file is None else display(offsets_file),
-                               "commit_file": None if commit_file is None else display(commit_file)})
-        built.append(batch)
+        built.append(Batch(i, offsets.get(i), commits.get(i), None if offsets_file is None else display(offsets_file),
+                           None if commit_file is None else display(commit_file)))
     batches = tuple(built)
     return Checkpoint(location=shown, query_id=files.query_id, batches=batches, problems=tuple(problems),
                       has_commit_log=top.get("commits") == "directory",

@@ -52,8 +52,10 @@ Pure core: imports neither Airflow nor Spark.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterable
+
+import msgspec
 
 from watermark_ops.core.jsontext import loads
 
@@ -93,16 +95,6 @@ _SPARK_OFFSETS_FILE = re.compile(
     rb'\n([^\n].*)', re.S)
 # The file source's offset (``FileStreamSourceOffset``), the most common source line.
 _FILE_SOURCE_OFFSET = re.compile(rb'\{"logOffset":(0|[1-9][0-9]{0,18})\}')
-
-
-def frozen_value(cls: type, fields: dict[str, Any]) -> Any:
-    """An instance of the frozen dataclass ``cls`` holding ``fields`` (every field, by name): what
-    ``cls(**fields)`` builds, without its generated ``__init__`` setting each field through
-    ``object.__setattr__``. For the values a read builds per batch (four for each of 10,000 batches
-    in an audit); no ``__post_init__`` runs, so the caller gives exactly the class's fields."""
-    value = object.__new__(cls)
-    value.__dict__.update(fields)
-    return value
 
 
 #: Batch ids are Scala ``Long`` s: a larger decimal name is not a batch file for Spark either.
@@ -149,8 +141,7 @@ class ReadProblem:
         return {"kind": self.kind, "file": self.file, "message": self.message, "batch_id": self.batch_id}
 
 
-@dataclass(frozen=True)
-class OffsetsEntry:
+class OffsetsEntry(msgspec.Struct, frozen=True):
     """One parsed ``offsets/N`` file (``OffsetSeqLog``; format in the module docstring).
 
     :ivar batch_id: N.
@@ -173,11 +164,10 @@ class OffsetsEntry:
     conf: dict[str, str]
     sources: tuple[Any, ...]
     source_ids: tuple[str, ...]
-    metadata: dict[str, Any] = field(repr=False)
+    metadata: dict[str, Any]
 
 
-@dataclass(frozen=True)
-class CommitEntry:
+class CommitEntry(msgspec.Struct, frozen=True):
     """One parsed ``commits/N`` file (``CommitLog``; format in the module docstring).
 
     :ivar batch_id: N.
@@ -192,7 +182,7 @@ class CommitEntry:
     file: str
     version: int
     next_watermark_ms: int
-    metadata: dict[str, Any] = field(repr=False)
+    metadata: dict[str, Any]
 
     @property
     def has_next_watermark(self) -> bool:
@@ -421,10 +411,8 @@ def _spark_offsets_file(raw: bytes, batch_id: int, file: str, conf_cache: dict[A
     if ids is None:
         ids = _SOURCE_IDS[len(sources)] = tuple(str(i) for i in range(len(sources)))
     watermark_ms, timestamp_ms = int(watermark), int(timestamp)
-    return frozen_value(OffsetsEntry, {
-        "batch_id": batch_id, "file": file, "version": 1, "watermark_ms": watermark_ms, "timestamp_ms": timestamp_ms,
-        "conf": shown, "sources": tuple(sources), "source_ids": ids,
-        "metadata": {"batchWatermarkMs": watermark_ms, "batchTimestampMs": timestamp_ms, "conf": conf}})
+    return OffsetsEntry(batch_id, file, 1, watermark_ms, timestamp_ms, shown, tuple(sources), ids,
+                        {"batchWatermarkMs": watermark_ms, "batchTimestampMs": timestamp_ms, "conf": conf})
 
 
 #: The key of the conf cache under which the last conf seen is kept (no text or bytes key is it).
@@ -444,8 +432,7 @@ def parse_commit(raw: bytes, batch_id: int, file: str) -> CommitEntry:
     if match is not None and int(match.group(1)) <= COMMITS_MAX_VERSION:
         version, next_ms = match.groups()
         next_ms = int(next_ms)
-        return frozen_value(CommitEntry, {"batch_id": batch_id, "file": file, "version": int(version),
-                                          "next_watermark_ms": next_ms, "metadata": {"nextBatchWatermarkMs": next_ms}})
+        return CommitEntry(batch_id, file, int(version), next_ms, {"nextBatchWatermarkMs": next_ms})
     version, lines = _lines_with_header(raw, "commit log", COMMITS_MAX_VERSION)
     text = lines[0].strip() if lines else ""
     metadata = _json_object(text, "line 2 (commit metadata)") if text else {}

@@ -161,7 +161,8 @@ def test_the_diagnosis_file_round_trips_and_a_bad_one_is_reported(tmp_path):
     with open(diagnosis_path(checkpoint), "w") as handle:
         json.dump(diagnosis.to_dict(), handle)
     assert read_diagnosis(checkpoint) == diagnosis
-    assert Diagnosis.from_dict(json.loads(open(diagnosis_path(checkpoint)).read())).line == diagnosis.line
+    with open(diagnosis_path(checkpoint)) as handle:
+        assert Diagnosis.from_dict(json.load(handle)).line == diagnosis.line
     with open(diagnosis_path(checkpoint), "w") as handle:
         handle.write('{"code": "x"')
     broken = read_diagnosis(checkpoint)
