@@ -113,7 +113,8 @@ def batch_file_names(names: Iterable[str]) -> list[str]:
     """The names of a log folder's listing that :func:`is_batch_file_name` accepts, in listing
     order: one pass over the listing (20,000 names in a 10,000-batch log folder, half of them the
     local ``.N.crc`` files), no call per name."""
-    return [name for name in names if name.isdigit() and name.isascii() and (len(name) < 19 or int(name) <= MAX_BATCH_ID)]
+    return [name for name in names
+            if name.isdigit() and name.isascii() and (len(name) < 19 or int(name) <= MAX_BATCH_ID)]
 
 
 @dataclass(frozen=True)

@@ -221,8 +221,9 @@ def watermark_regressed(records: Sequence[BatchRecord], highest: tuple[int, str]
     def regressed(value: int, log_name: str, record: BatchRecord) -> Finding:
         where = f"{log_name}/{record.batch_id}"
         field_name = "batchWatermarkMs" if log_name == "offsets" else "nextBatchWatermarkMs"
+        file = record.offsets_file if log_name == "offsets" else record.commit_file
         return _finding(
-            "watermark_regressed", record.batch_id, record.offsets_file if log_name == "offsets" else record.commit_file,
+            "watermark_regressed", record.batch_id, file,
             f"{where} {field_name} {_ms(value)} is below {_ms(previous)} of {_where(previous_at)} "
             f"(highest so far {_ms(high)} in {_where(high_at)}): the watermark moved backwards "
             f"by {previous - value} ms",
