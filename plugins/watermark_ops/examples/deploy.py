@@ -34,6 +34,7 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -44,8 +45,10 @@ from pathlib import Path
 from watermark_ops.examples.flights.settings import REPO_ROOT, airflow_config_env, runtime_home
 
 HOST = "127.0.0.1"
-#: Ports on 127.0.0.1, none of them a default (a developer's own PostgreSQL, Airflow or Spark keeps its own).
-PORTS = {"postgres": 55432, "api": 28080, "spark": 17077, "spark_ui": 18081, "worker_ui": 18082, "connect": 15102}
+#: Ports on 127.0.0.1, none of them a default (a developer's own PostgreSQL, Airflow or Spark keeps its own),
+#: and all below Linux's ephemeral range (32768-60999): a port in it can be taken by any outgoing
+#: connection or port-0 server on the machine (PostgreSQL once found 55432 taken that way).
+PORTS = {"postgres": 25432, "api": 28080, "spark": 17077, "spark_ui": 18081, "worker_ui": 18082, "connect": 15102}
 SERVICES = ("api-server", "scheduler", "dag-processor", "triggerer")
 WORKERS = 2
 
@@ -250,6 +253,10 @@ def up() -> dict[str, str]:
     """
     if running():
         raise DeployError(f"a deployment is already running (PIDs in {folder() / 'pids'}); `make down` first")
+    taken = [f"{name} {port}" for name, port in PORTS.items() if not _port_free(port)]
+    if taken:
+        raise DeployError(f"ports in use on {HOST}: {', '.join(taken)} (another server holds them; stop it, "
+                          f"or change PORTS in {__name__})")
     home = folder() / "airflow"
     home.mkdir(parents=True, exist_ok=True)
     for name, make in (("AIRFLOW__API_AUTH__JWT_SECRET", lambda: secrets.token_urlsafe(32)),
@@ -279,6 +286,17 @@ def up() -> dict[str, str]:
         raise
     return {"airflow": f"http://{HOST}:{PORTS['api']}", "spark": f"spark://{HOST}:{PORTS['spark']}",
             "spark_ui": f"http://{HOST}:{PORTS['spark_ui']}", "connect": f"sc://{HOST}:{PORTS['connect']}"}
+
+
+def _port_free(port: int) -> bool:
+    """True when a server can listen on ``HOST:port`` now (bound and released at once)."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers do: TIME_WAIT is no obstacle
+        try:
+            probe.bind((HOST, port))
+        except OSError:
+            return False
+    return True
 
 
 def _fernet_key() -> str:
