@@ -8,8 +8,8 @@ lists ``offsets/`` and ``commits/``, reads ``metadata`` and every batch file
 (``os.open``/``os.read``), takes the watermarks out of Spark's exact text with one regular
 expression per file (no object per batch, only a tuple of ints), walks the watermark chain once
 (one check), decodes four fields of every progress-log record with msgspec, and prints the newest
-50 batches in a ``rich`` table. It builds no value a face could use, applies one rule of the
-audit's twelve and handles no other form of file: a floor, not an alternative. Exits 1 when a file
+50 batches in a ``rich`` table. It builds no value a face could use, applies one of the audit's
+rules (the watermark never goes back) and handles no other form of file: a floor, not an alternative. Exits 1 when a file
 is not in the exact form (the benchmark's checkpoint always is).
 """
 
