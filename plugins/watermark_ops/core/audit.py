@@ -170,6 +170,7 @@ def _report(checkpoint: Checkpoint, records: tuple[BatchRecord, ...], findings: 
     )
 
 
+@collector_paused()  # the whole read and judgement: acyclic values only (see collector_paused)
 def run_audit(location: Any, memory: AuditMemory | None = None, *, storage_options: dict[str, Any] | None = None,
               now_ms: int | None = None, filesystem: Any = None, full: bool = False, state_store: bool = True,
               state_thresholds: StateThresholds = DEFAULT_STATE_THRESHOLDS) -> AuditReport:
@@ -200,14 +201,6 @@ def run_audit(location: Any, memory: AuditMemory | None = None, *, storage_optio
     :raises watermark_ops.core.memory.MemoryFormatError: when the memory holds a malformed head
         (nothing is read from the checkpoint then, and nothing is written).
     """
-    with collector_paused():  # acyclic values only: see collector_paused
-        return _run_audit(location, memory, storage_options=storage_options, now_ms=now_ms, filesystem=filesystem,
-                          full=full, state_store=state_store, state_thresholds=state_thresholds)
-
-
-def _run_audit(location: Any, memory: AuditMemory | None, *, storage_options: dict[str, Any] | None,
-               now_ms: int | None, filesystem: Any, full: bool, state_store: bool,
-               state_thresholds: StateThresholds) -> AuditReport:
     from watermark_ops.core.advance import advance
     from watermark_ops.core.view import WINDOW, load_view, save_view
 

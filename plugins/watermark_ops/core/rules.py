@@ -230,18 +230,12 @@ def watermark_regressed(records: Sequence[BatchRecord], highest: tuple[int, str]
         )
 
     for record in records:
-        value = record.watermark_ms
-        if value is not None:
+        for value, log_name in ((record.watermark_ms, "offsets"), (record.next_watermark_ms, "commits")):
+            if value is None:
+                continue
             if previous is not None and value < previous:
-                findings.append(regressed(value, "offsets", record))
-            previous, previous_at = value, ("offsets", record.batch_id)
-            if high is None or value > high:
-                high, high_at = value, previous_at
-        value = record.next_watermark_ms
-        if value is not None:
-            if previous is not None and value < previous:
-                findings.append(regressed(value, "commits", record))
-            previous, previous_at = value, ("commits", record.batch_id)
+                findings.append(regressed(value, log_name, record))
+            previous, previous_at = value, (log_name, record.batch_id)
             if high is None or value > high:
                 high, high_at = value, previous_at
     return findings

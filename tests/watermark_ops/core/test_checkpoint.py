@@ -306,3 +306,32 @@ def test_the_offsets_fast_path_reads_exactly_what_the_general_path_reads(text):
 
     cache: dict = {}
     assert parsed(conf_cache=cache) == parsed() == parsed(conf_cache=cache)
+
+
+def test_the_audit_pauses_the_collector_and_leaves_it_as_it_found_it(tmp_path, monkeypatch):
+    # run_audit builds acyclic values only, so Python's cyclic collector is paused while it reads
+    # and judges; afterwards it is on again, or still off when the caller had turned it off.
+    import gc
+
+    from watermark_ops.core import checkpoint
+    from watermark_ops.core.audit import run_audit
+
+    root = tmp_path / "cp"
+    cf.handmade_checkpoint(str(root), [(0, 5000), (5000, 9000)])
+    seen = []
+    real = checkpoint.read_log_files
+
+    def spy(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(checkpoint, "read_log_files", spy)
+    assert gc.isenabled()
+    assert run_audit(str(root)).status == "ok"
+    assert seen == [False] and gc.isenabled()
+    gc.disable()
+    try:
+        run_audit(str(root))
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
