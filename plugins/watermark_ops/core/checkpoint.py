@@ -86,7 +86,7 @@ from watermark_ops.core.log_formats import (
     batch_file_names,
     parse_commit,
     parse_metadata,
-    parse_offsets,
+    parse_offsets_in_general,
 )
 # The storage back-ends and the state metadata reader live in their own modules; their public names
 # stay importable from here, where the README and the docs show them (the state metadata reader's
@@ -376,7 +376,8 @@ def read_log_files(storage: Any, offsets_files: dict[int, str], commit_files: di
     content = storage.read(paths, probed=probed | probed_offsets)
     read = content.contents.get  # content(path) without a call per file
     conf_cache: dict[Any, Any] = {}  # one parse of the conf every batch repeats
-    parse_offsets_cached = partial(parse_offsets, conf_cache=conf_cache)
+    # offsets files: Spark's exact form first (below), then the general parser (not that try again)
+    parse_offsets_cached = partial(parse_offsets_in_general, conf_cache=conf_cache)
     parsed: dict[str, Any] = {}
     own_problems: dict[str, list[ReadProblem]] = {}
 
@@ -392,7 +393,7 @@ def read_log_files(storage: Any, offsets_files: dict[int, str], commit_files: di
             if raw is None:
                 raw = content(path)  # not read: a FileNotFoundError naming it
             if raw.__class__ is bytes:  # the common case first: a file read whole (20,000 of them in an audit)
-                if parse is parse_offsets_cached:  # Spark's exact form, else None (then parse_offsets reports)
+                if parse is parse_offsets_cached:  # Spark's exact form, else None (then the general parser)
                     value = _spark_offsets_file(raw, batch_id, display(path), conf_cache)
                     if value is not None:
                         parsed[path] = value

@@ -71,6 +71,7 @@ __all__ = [
     "parse_commit",
     "parse_metadata",
     "parse_offsets",
+    "parse_offsets_in_general",
     "split_log_file",
 ]
 
@@ -319,6 +320,13 @@ def parse_offsets(raw: bytes, batch_id: int, file: str, *,
         fast = _spark_offsets_file(raw, batch_id, file, conf_cache)
         if fast is not None:
             return fast, []
+    return parse_offsets_in_general(raw, batch_id, file, conf_cache=conf_cache)
+
+
+def parse_offsets_in_general(raw: bytes, batch_id: int, file: str, *,
+                             conf_cache: dict[str, Any] | None = None) -> tuple[OffsetsEntry, list[ReadProblem]]:
+    """:func:`parse_offsets` without its first try of Spark's exact form (for a reader that
+    tried it already): every form this reader knows, validated, problems named."""
     version, lines = _lines_with_header(raw, "offset log", OFFSETS_MAX_VERSION)
     if not lines:
         raise LogFileError("truncated", "truncated: expected a metadata JSON line after the version line")
