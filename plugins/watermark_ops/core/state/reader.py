@@ -107,12 +107,12 @@ def state_of(storage: Any, root: str, checkpoint: Any, metadata: Any, progress_r
         whose rows the progress log does not give (what a face looking often reads).
     """
     shown = storage.display(root)
+    if not metadata.has_state_folder:  # before the pass over every batch below: stateless_state makes its own
+        return stateless_state(shown, checkpoint, metadata, min_batches_to_retain)
     committed = [b.batch_id for b in checkpoint.batches if b.committed]
     committed_id = max(committed) if committed else None
     head = checkpoint.batch(checkpoint.head_batch_id) if checkpoint.head_batch_id is not None else None
     conf = dict(head.conf or {}) if head is not None and head.conf else {}
-    if not metadata.has_state_folder:
-        return stateless_state(shown, checkpoint, metadata, min_batches_to_retain)
     problems = list(metadata.problems)
     target = committed_id + 1 if committed_id is not None else None
     commit = checkpoint.batch(committed_id).commit if committed_id is not None else None
