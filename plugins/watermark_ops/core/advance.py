@@ -42,8 +42,10 @@ Pure core: imports neither Airflow nor Spark. Times are epoch ms UTC.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
+
+import msgspec
 
 from watermark_ops.core.checkpoint import Batch, Checkpoint, _parse, _read_sized
 from watermark_ops.core.findings import audit_new, batch_records, depends_on_head
@@ -108,8 +110,7 @@ def advance(location: Any, view: View | None = None, *, newest: int, audit: bool
     return _read_again(reading, view.remembered if view is not None else None)
 
 
-@dataclass
-class _Reading:
+class _Reading(msgspec.Struct):
     """What one :func:`advance` reads with and for."""
 
     storage: Any
@@ -225,8 +226,7 @@ def _read_again(reading: _Reading, remembered: Any) -> View:
 # The look: metadata, the probe, the head's stat, by name
 
 
-@dataclass
-class _Looked:
+class _Looked(msgspec.Struct):
     query_id: str | None
     batches: dict[int, Batch]  # the window's batches as they are now, and the new ones
     new_ids: list[int]

@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from watermark_ops.core.checkpoint import Checkpoint, collector_paused
 from watermark_ops.core.memory import AuditMemory, RememberedHead
@@ -40,8 +41,7 @@ __all__ = ["EXIT_CODES", "AuditReport", "audit_checkpoint", "log_findings", "run
 EXIT_CODES = {"ok": 0, "violation": 1, "unreadable": 2}
 
 
-@dataclass(frozen=True)
-class AuditReport:
+class AuditReport(msgspec.Struct, frozen=True):
     """The result of one audit (see :meth:`to_dict` for the JSON shape).
 
     :ivar watermark_ms: the watermark the next batch starts from (epoch ms UTC), None if unknown.
@@ -65,7 +65,7 @@ class AuditReport:
     findings: tuple[Finding, ...]
     remembered: RememberedHead | None = None
     audited_at_ms: int = 0
-    added_batch_ids: tuple[int, ...] = field(default=())
+    added_batch_ids: tuple[int, ...] = ()
     reads: dict[str, Any] | None = None
     state_store: dict[str, Any] | None = None
 

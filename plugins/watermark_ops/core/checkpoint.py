@@ -71,7 +71,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property, partial
 from typing import Any, Iterable, Iterator
 
@@ -336,8 +336,7 @@ def _read_sized(storage: Any, root: str, newest: int | None) -> tuple[Checkpoint
         files.offsets_sizes.get(head), top
 
 
-@dataclass
-class LogFiles:
+class LogFiles(msgspec.Struct):
     """What :func:`read_log_files` read: parsed entries by batch id and the problems, in
     :func:`read_checkpoint`'s order (``metadata``'s, then the offsets files' by batch id, then the
     commit files' by batch id); ``commit_files`` keeps only the probed commits that exist."""
@@ -349,7 +348,7 @@ class LogFiles:
     commit_files: dict[int, str]
     problems: list[ReadProblem]
     metadata_read: bool = False
-    offsets_sizes: dict[int, int] = field(default_factory=dict)
+    offsets_sizes: dict[int, int] = msgspec.field(default_factory=dict)
 
 
 def read_log_files(storage: Any, offsets_files: dict[int, str], commit_files: dict[int, str],

@@ -52,7 +52,6 @@ Pure core: imports neither Airflow nor Spark.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any, Iterable
 
 import msgspec
@@ -118,8 +117,7 @@ def batch_file_names(names: Iterable[str]) -> list[str]:
             if name.isdigit() and name.isascii() and (len(name) < 19 or int(name) <= MAX_BATCH_ID)]
 
 
-@dataclass(frozen=True)
-class ReadProblem:
+class ReadProblem(msgspec.Struct, frozen=True):
     """A checkpoint file (or the checkpoint itself) that could not be read or parsed.
 
     :ivar kind: stable name: ``checkpoint_missing`` (the location does not exist),

@@ -52,8 +52,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from dataclasses import dataclass, replace
 from typing import Any, Iterator, Protocol
+
+import msgspec
+from msgspec.structs import replace
 
 from watermark_ops.core.jsontext import loads
 from watermark_ops.core.times import iso_utc, now_ms
@@ -83,8 +85,7 @@ class ResetAcceptanceError(ValueError):
     id, the query id unchanged, or no reason given. The message says which."""
 
 
-@dataclass(frozen=True)
-class ResetAcceptance:
+class ResetAcceptance(msgspec.Struct, frozen=True):
     """Someone's acceptance of a deliberate checkpoint reset: the query id ``from_query_id`` (what the
     memory remembers) replaced by ``to_query_id`` (the checkpoint's new ``metadata`` id,
     ``StreamMetadata.scala``).
@@ -135,8 +136,7 @@ class ResetAcceptance:
         return f"accepted by {self.by} at {iso_utc(self.at_ms)}: {self.why}"
 
 
-@dataclass(frozen=True)
-class RememberedHead:
+class RememberedHead(msgspec.Struct, frozen=True):
     """What an audit remembers about a checkpoint.
 
     :ivar query_id: the query id, None when the checkpoint had no readable ``metadata``.

@@ -23,8 +23,9 @@ import json
 import os
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any, Iterable
+
+import msgspec
 
 from watermark_ops.core.jsontext import loads
 from watermark_ops.core.times import iso_utc
@@ -57,8 +58,7 @@ def progress_log_path(checkpoint: str) -> str:
     return str(checkpoint).rstrip("/") + ".progress.jsonl"
 
 
-@dataclass
-class ProgressLog:
+class ProgressLog(msgspec.Struct):
     """The parsed progress log.
 
     :ivar records: the good lines, as dicts, in file order.
@@ -76,8 +76,8 @@ class ProgressLog:
     """
 
     location: str
-    records: list[dict[str, Any]] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
+    records: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    problems: list[str] = msgspec.field(default_factory=list)
     start_offset: int = 0
     complete: bool = True
     end_offset: int = 0

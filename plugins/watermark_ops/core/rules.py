@@ -63,7 +63,6 @@ Pure core: imports neither Airflow nor Spark.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
 import msgspec
@@ -113,8 +112,7 @@ RULES: dict[str, str] = {
 }
 
 
-@dataclass(frozen=True)
-class Finding:
+class Finding(msgspec.Struct, frozen=True):
     """One thing the audit found.
 
     :ivar rule: a name of :data:`RULES`.

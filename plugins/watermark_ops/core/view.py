@@ -62,6 +62,8 @@ import threading
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Sequence
 
+import msgspec
+
 from watermark_ops.core.checkpoint import Batch, Checkpoint
 from watermark_ops.core.log_formats import CommitEntry, OffsetsEntry, ReadProblem
 from watermark_ops.core.memory import RememberedHead, memory_key
@@ -86,8 +88,7 @@ class ViewFormatError(ValueError):
     """A stored view that is not what :meth:`View.to_dict` writes (names what is wrong)."""
 
 
-@dataclass(frozen=True)
-class Audited:
+class Audited(msgspec.Struct, frozen=True):
     """The audit of a view's checkpoint: everything up to ``boundary`` is final.
 
     :ivar boundary: the newest batch id whose files are final (None: none yet).

@@ -6,8 +6,9 @@ Pure core: imports neither Airflow nor Spark.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from watermark_ops.core.log_formats import LogFileError, ReadProblem, is_batch_file_name, split_log_file
 from watermark_ops.core.storage import _resolve
@@ -25,8 +26,7 @@ WATERMARK_DELAY_KEY = "spark.watermarkDelayMs"
 STATE_METADATA_MAX_VERSION = 2
 
 
-@dataclass(frozen=True)
-class StateOperator:
+class StateOperator(msgspec.Struct, frozen=True):
     """One stateful operator's metadata (``state/<opId>/_metadata/metadata``, v1, Spark 3.5+; or
     the newest ``state/<opId>/_metadata/v2/<batchId>``, 4.0+, ``OperatorStateMetadata.scala``)
     and the event-time columns of its state schema.
@@ -60,8 +60,7 @@ class StateOperator:
                 "watermark_columns": [dict(c) for c in self.watermark_columns]}
 
 
-@dataclass(frozen=True)
-class StateMetadata:
+class StateMetadata(msgspec.Struct, frozen=True):
     """What ``state/`` says of a checkpoint's stateful operators (:func:`read_state_metadata`).
 
     :ivar location: the checkpoint location.

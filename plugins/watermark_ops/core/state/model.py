@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from watermark_ops.core.log_formats import ReadProblem
 
 if TYPE_CHECKING:
@@ -35,8 +37,7 @@ def provider_of_class(class_name: str | None) -> str | None:
     return class_name
 
 
-@dataclass(frozen=True)
-class StateBatch:
+class StateBatch(msgspec.Struct, frozen=True):
     """One batch of one operator: ``rows`` held after it, ``removed`` by it, ``dropped_by_watermark``
     (progress log only), ``watermark_ms`` (offsets ``batchWatermarkMs``, epoch ms UTC); None: unknown."""
 
@@ -129,8 +130,7 @@ class OperatorState:
         }
 
 
-@dataclass(frozen=True)
-class CheckpointState:
+class CheckpointState(msgspec.Struct, frozen=True):
     """The state of a checkpoint (:func:`read_state`).
 
     :ivar committed_batch_id: the newest committed batch (the restart loads version +1), None if none.
@@ -143,7 +143,7 @@ class CheckpointState:
     has_state_folder: bool
     operators: tuple[OperatorState, ...] = ()
     committed_batch_id: int | None = None
-    conf: dict[str, str] = field(default_factory=dict)
+    conf: dict[str, str] = msgspec.field(default_factory=dict)
     min_batches_to_retain: int = DEFAULT_MIN_BATCHES_TO_RETAIN
     problems: tuple[ReadProblem, ...] = ()
 

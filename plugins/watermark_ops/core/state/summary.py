@@ -35,6 +35,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable
 
+import msgspec.structs
+
 from watermark_ops.core.log_formats import ReadProblem
 from watermark_ops.core.rules import Finding
 from watermark_ops.core.state.model import CheckpointState, OperatorState, StateBatch
@@ -169,7 +171,8 @@ def summary_of(state: CheckpointState, depth: str, head_batch_id: int | None, co
     operators = tuple(replace(op, batches=op.batches[-KEPT_BATCHES:], file_rows={}, chains=(),
                               missing_files=op.missing_files[:_MISSING_KEPT]) for op in state.operators)
     return StateSummary(depth=depth, head_batch_id=head_batch_id, head_committed=committed,
-                        state=replace(state, operators=operators, conf={}), metadata=metadata)
+                        state=msgspec.structs.replace(state, operators=operators, conf={}),
+                        metadata=metadata)
 
 
 def read_summary(storage: Any, root: str, checkpoint: Any, records: Iterable[dict[str, Any]] | None, *, depth: str,
