@@ -45,7 +45,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-import msgspec
+import msgspec.structs
 
 from watermark_ops.core.checkpoint import Batch, Checkpoint, _parse, _read_sized
 from watermark_ops.core.findings import audit_new, batch_records, depends_on_head
@@ -446,9 +446,9 @@ def _moved(reading: _Reading, view: View, looked: _Looked) -> View:
                 and p.batch_id in looked.batches] + looked.problems
     older = window.unread_batches if looked.unread is None else 0
     new_window = _window(window, ordered, reading.newest, older, problems, looked.lowest)
-    new_window = replace(new_window, query_id=looked.query_id)
+    new_window = msgspec.structs.replace(new_window, query_id=looked.query_id)
     if looked.unread is not None:
-        new_window = replace(new_window, unread_batches=looked.unread)
+        new_window = msgspec.structs.replace(new_window, unread_batches=looked.unread)
     position = _progress_follow(reading, view, new_window, changed=True, stat=looked.progress_stat)
     above = [b for b in ordered if boundary is None or b.batch_id > boundary]
     audited = view.audit

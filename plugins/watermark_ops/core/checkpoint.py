@@ -32,7 +32,7 @@ Public API (stable; other modules build on it)
     The storage a reader of the same checkpoint uses (the file source's log, the ledger), and
     whether another location (a landed file, a sink) is on the same filesystem.
 
-``Checkpoint`` (frozen dataclass)
+``Checkpoint`` (frozen ``msgspec.Struct``)
     ``location`` (str: an absolute local path, or a URL such as ``s3://b/cp``), ``query_id``
     (str | None: None when ``metadata`` is missing or unreadable), ``batches`` (tuple of
     :class:`Batch`, ascending batch id; every id that has an offsets or a commit file),
@@ -48,7 +48,7 @@ Public API (stable; other modules build on it)
     ``CommitEntry.has_next_watermark`` is False for pre-2.4 commits (``{}``): their 0 is a
     default, not a watermark to compare.
 
-``Batch`` (frozen dataclass), one per batch id
+``Batch`` (frozen ``msgspec.Struct``), one per batch id
     ``batch_id`` (int), ``offsets`` (:class:`OffsetsEntry` | None), ``commit``
     (:class:`CommitEntry` | None), ``offsets_file`` / ``commit_file`` (the file's location when
     the file exists on storage, even if it could not be parsed; else None). Shortcuts:
@@ -71,7 +71,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import time
-from dataclasses import dataclass
 from functools import cached_property, partial
 from typing import Any, Iterable, Iterator
 
@@ -170,8 +169,7 @@ class Batch(msgspec.Struct, frozen=True):
         return self.commit.next_watermark_ms if self.commit else None
 
 
-@dataclass(frozen=True)
-class Checkpoint:
+class Checkpoint(msgspec.Struct, frozen=True, dict=True):
     """A checkpoint as read by :func:`read_checkpoint` (see the module docstring)."""
 
     location: str
