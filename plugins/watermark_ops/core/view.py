@@ -58,6 +58,7 @@ Pure core: imports neither Airflow nor Spark. Times are epoch ms UTC.
 
 from __future__ import annotations
 
+import bisect
 import threading
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Sequence
@@ -283,11 +284,12 @@ def _window(checkpoint: Checkpoint, batches: Sequence[Batch], newest: int, older
             problems: Sequence[ReadProblem], lowest: int | None) -> Checkpoint:
     """The newest ``newest`` offsets ids of ``batches`` (and the commit-only ids among them), with
     their problems in :func:`read_checkpoint`'s order (metadata's, the offsets', the commits')."""
-    ids = sorted(b.batch_id for b in batches if b.offsets_file is not None)
+    ids = [b.batch_id for b in batches if b.offsets_file is not None]
+    ids.sort()
     keep_from = ids[-newest] if len(ids) > newest else (ids[0] if ids else None)
-    kept = tuple(b for b in batches if keep_from is None or b.batch_id >= keep_from)
-    dropped = sum(1 for i in ids if keep_from is not None and i < keep_from)
-    kept_ids = {b.batch_id for b in kept}
+    kept = tuple(batches) if keep_from is None else tuple(b for b in batches if b.batch_id >= keep_from)
+    dropped = 0 if keep_from is None else bisect.bisect_left(ids, keep_from)  # ids below it
+    kept_ids = {b.batch_id for b in kept} if problems else set()
     mine = [p for p in problems if p.batch_id is None or p.batch_id in kept_ids]
     ordered = ([p for p in mine if p.batch_id is None]
                + sorted([p for p in mine if p.batch_id is not None and _log_of(p) == "offsets"], key=lambda p: p.batch_id)
