@@ -309,3 +309,26 @@ def test_accept_reset_then_audit_passes_and_reports_it(capsys, tmp_path):
     cf.handmade_checkpoint(str(root), [(0, 1000)], query_id="7d1b2a3c-0000-4000-8000-00000000000c")
     code, out, _ = run(capsys, "audit", root, "--state", state)
     assert code == 1 and "checkpoint_reset" in out and "status violation" in out
+
+
+def test_the_audit_command_prints_its_table_with_the_collector_paused(capsys, tmp_path, monkeypatch):
+    # The report's values are acyclic: the table is printed with Python's cyclic collector paused
+    # as the read was, and the collector is on again once the command returns.
+    import gc
+
+    from watermark_ops import render
+
+    root = tmp_path / "cp"
+    cf.handmade_checkpoint(str(root), [(0, 5000), (5000, 9000)])
+    seen = []
+    real = render.print_audit_report
+
+    def spy(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(render, "print_audit_report", spy)
+    assert gc.isenabled()
+    code, out, _ = run(capsys, "audit", root)
+    assert code == 0 and "status ok" in out
+    assert seen == [False] and gc.isenabled()
