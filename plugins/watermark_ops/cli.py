@@ -99,6 +99,7 @@ import sys
 from dataclasses import fields, replace
 
 from watermark_ops import render
+from watermark_ops.core.checkpoint import collector_paused
 from watermark_ops.core.thresholds import DEFAULT_THRESHOLDS, Thresholds
 
 __all__ = ["StorageArgumentError", "build_parser", "main", "storage_from_args", "thresholds_from_args"]
@@ -211,22 +212,6 @@ def storage_from_args(args: argparse.Namespace) -> dict:
 # audit
 
 
-def _collector_paused_for_the_command(command):
-    """``command`` run with Python's cyclic collector paused, its output included: the report of a
-    long checkpoint is tens of thousands of acyclic values, and the collections that printing it
-    (and importing rich) would trigger walk every one of them
-    (:func:`~watermark_ops.core.checkpoint.collector_paused`; the read itself pauses it too)."""
-    import functools
-
-    @functools.wraps(command)
-    def paused(args: argparse.Namespace) -> int:
-        from watermark_ops.core.checkpoint import collector_paused
-
-        with collector_paused():
-            return command(args)
-    return paused
-
-
 def _audit_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("checkpoint", help="checkpoint folder: local path or fsspec URL (s3://, gs://, ...)")
     parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
@@ -244,7 +229,9 @@ def _full_argument(parser: argparse.ArgumentParser) -> None:
                         help="do not read the stateful operators' state (state/: rows, bound, chain)")
 
 
-@_collector_paused_for_the_command
+# The report's tens of thousands of values are acyclic: printing it (and importing rich) with the
+# collector on would walk them all, as the read would (collector_paused; run_audit pauses it too).
+@collector_paused()
 def _audit(args: argparse.Namespace) -> int:
     from watermark_ops.core.audit import run_audit
     from watermark_ops.core.memory import MemoryFormatError, StateFileMemory

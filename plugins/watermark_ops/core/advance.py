@@ -211,7 +211,8 @@ def _read_again(reading: _Reading, remembered: Any) -> View:
                           conf_seen=tuple(pair for pair, batch in reported.items()
                                           if boundary is not None and batch <= boundary))
     batches = checkpoint.batches
-    files = len([b for b in batches if b.offsets_file is not None]) + len([b for b in batches if b.commit_file is not None])
+    files = (len([b for b in batches if b.offsets_file is not None])
+             + len([b for b in batches if b.commit_file is not None]))
     summary = _state_summary(reading, window, None, position)
     r = storage.requests
     return View(location=checkpoint.location, query_id=checkpoint.query_id, newest=reading.newest, window=window,
