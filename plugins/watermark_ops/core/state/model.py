@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from watermark_ops.core.state.chain import StoreChain
 
 __all__ = ["DEFAULT_MIN_BATCHES_TO_RETAIN", "PROVIDER_CONF", "CheckpointState", "OperatorState", "StateBatch",
-           "provider_of_class", "stateless_state"]
+           "committed_and_conf", "provider_of_class", "stateless_state"]
 
 #: The SQL conf naming the state store provider (frozen in ``offsets/N`` ``conf``).
 PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
@@ -155,13 +155,19 @@ class CheckpointState(msgspec.Struct, frozen=True):
                 "problems": [p.to_dict() for p in self.problems]}
 
 
+def committed_and_conf(checkpoint: Any) -> tuple[int | None, dict[str, str]]:
+    """The newest committed batch id of ``checkpoint`` (the logs as read; None when none) and its
+    head batch's frozen confs (offsets ``conf``; {} when unknown): what a restart loads from."""
+    committed_id = next((b.batch_id for b in reversed(checkpoint.batches) if b.committed), None)  # ascending ids
+    head = checkpoint.batch(checkpoint.head_batch_id) if checkpoint.head_batch_id is not None else None
+    return committed_id, dict(head.conf) if head is not None and head.conf else {}
+
+
 def stateless_state(shown: str, checkpoint: Any, metadata: Any,
                     min_batches_to_retain: int = DEFAULT_MIN_BATCHES_TO_RETAIN) -> CheckpointState:
     """The :class:`CheckpointState` of a checkpoint without ``state/`` (``metadata``: its
     :class:`~watermark_ops.core.state.metadata.StateMetadata`, ``has_state_folder`` False): the
     newest committed batch and the head's frozen confs of ``checkpoint`` (the logs as read)."""
-    committed_id = next((b.batch_id for b in reversed(checkpoint.batches) if b.committed), None)
-    head = checkpoint.batch(checkpoint.head_batch_id) if checkpoint.head_batch_id is not None else None
-    conf = dict(head.conf or {}) if head is not None and head.conf else {}
+    committed_id, conf = committed_and_conf(checkpoint)
     return CheckpointState(shown, False, committed_batch_id=committed_id, conf=conf,
                            min_batches_to_retain=min_batches_to_retain, problems=tuple(metadata.problems))

@@ -40,6 +40,7 @@ from watermark_ops.core.state.model import (  # noqa: F401 - re-exported: the va
     CheckpointState,
     OperatorState,
     StateBatch,
+    committed_and_conf,
     provider_of_class,
     stateless_state,
 )
@@ -107,12 +108,9 @@ def state_of(storage: Any, root: str, checkpoint: Any, metadata: Any, progress_r
         whose rows the progress log does not give (what a face looking often reads).
     """
     shown = storage.display(root)
-    if not metadata.has_state_folder:  # before the pass over every batch below: stateless_state makes its own
+    if not metadata.has_state_folder:
         return stateless_state(shown, checkpoint, metadata, min_batches_to_retain)
-    committed = [b.batch_id for b in checkpoint.batches if b.committed]
-    committed_id = max(committed) if committed else None
-    head = checkpoint.batch(checkpoint.head_batch_id) if checkpoint.head_batch_id is not None else None
-    conf = dict(head.conf or {}) if head is not None and head.conf else {}
+    committed_id, conf = committed_and_conf(checkpoint)
     problems = list(metadata.problems)
     target = committed_id + 1 if committed_id is not None else None
     commit = checkpoint.batch(committed_id).commit if committed_id is not None else None
