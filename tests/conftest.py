@@ -35,10 +35,15 @@ if not os.environ.get("PATH", "").startswith(_BIN + os.pathsep):
     os.environ["PATH"] = _BIN + os.pathsep + os.environ.get("PATH", "")
 os.environ["PYSPARK_PYTHON"] = sys.executable
 # Every JVM the tests start through spark-submit (the session's gateway, each job's spark-submit, the
-# Spark Connect servers) compiles with C1 only: a test's JVM lives seconds to minutes on small data,
-# and the C2 compiler's work never pays back there (a spark-submit of a small job here: 23.5 -> 14.9
-# CPU seconds, the same result). The suite is CPU-bound on the 2 cores; a team's runs are untouched.
-os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
+# Spark Connect servers) starts fast: C1 only, the serial collector and one class-data archive of
+# Spark's classes, dumped once per environment (tests/jvm_class_archive.py: a small spark-submit
+# 15.4 -> 9.0 CPU seconds). The suite is CPU-bound on the 2 cores; a team's runs are untouched.
+if "SPARK_SUBMIT_OPTS" in os.environ:
+    _JVM_HEADER = f"JVM options: SPARK_SUBMIT_OPTS={os.environ['SPARK_SUBMIT_OPTS']!r} (from the environment)"
+else:
+    from tests.jvm_class_archive import jvm_options  # noqa: E402
+
+    os.environ["SPARK_SUBMIT_OPTS"], _JVM_HEADER = jvm_options()
 os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 (_SESSION_TMP / "airflow").mkdir(parents=True, exist_ok=True)
 # The example deployment's [watermark_ops] settings (its jobs' thresholds, the "runtime" root).
@@ -47,23 +52,32 @@ from watermark_ops.examples.flights.settings import airflow_config_env  # noqa: 
 os.environ.update(airflow_config_env())
 
 
-#: The slowest test files (``--durations`` of a full run, slowest first). pytest-xdist hands out
-#: files in collection order, so these start first and the two workers finish together, instead of
-#: one running a long file alone at the end while the other has nothing left.
+#: The slowest test files (the junit times of a full run, slowest first). pytest-xdist hands out
+#: files in collection order (``--no-loadscope-reorder`` in pyproject.toml), so these start first
+#: and the two workers finish together, instead of one running a long file alone at the end while
+#: the other has nothing left.
 SLOWEST_FIRST = (
-    "tests/dags/test_day_partitions.py",
     "tests/watermark_ops/examples/test_deploy.py",
-    "tests/test_user_project_wheel.py",
+    "tests/dags/test_day_partitions.py",
     "tests/test_readings_project_wheel.py",
-    "tests/spark_jobs/test_connect_supervision.py",
+    "tests/test_user_project_wheel.py",
     "tests/dags/test_crash_restart.py",
-    "tests/dags/test_connect_mode.py",
+    "tests/spark_jobs/test_connect_supervision.py",
     "tests/spark_jobs/test_late_ledger.py",
     "tests/spark_jobs/test_update_mode.py",
     "tests/watermark_ops/examples/flights/test_lander.py",
-    "tests/spark_jobs/test_checkpoint_lock.py",
     "tests/dags/test_flights_pipeline.py",
+    "tests/dags/test_connect_mode.py",
+    "tests/spark_jobs/test_checkpoint_lock.py",
+    "tests/spark_jobs/test_flight_windows.py",
+    "tests/watermark_ops/core/test_fuzz.py",
+    "tests/spark_jobs/test_state_corpus.py",
 )
+
+
+def pytest_report_header(config):
+    """Which JVM options the tests' JVMs start with (the class-data archive built, reused or why none)."""
+    return _JVM_HEADER
 
 
 def pytest_collection_modifyitems(config, items):

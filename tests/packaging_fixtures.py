@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+from tests.jvm_class_archive import FAST_START
+
 REPO = Path(__file__).resolve().parents[1]
 
 # What setuptools reads to build the package: its metadata, the README it carries, setup.cfg (the
@@ -81,6 +83,9 @@ def user_environment(root: Path, wheel: Path, dags_folder: Path, project_env: di
     log = root / "commands.log"
     clean = {k: v for k, v in os.environ.items()
              if not k.startswith(("AIRFLOW", "WATERMARK_OPS", "PYTHONPATH", "PYSPARK", "VIRTUAL_ENV"))}
+    # The tests' fast-start JVM options without their class-data archive (tests/jvm_class_archive.py:
+    # it holds the class path of this repository's environment, not of the fresh one).
+    clean["SPARK_SUBMIT_OPTS"] = " ".join(FAST_START)
     clean["PATH"] = os.pathsep.join(p for p in clean.get("PATH", "").split(os.pathsep)
                                     if not p.startswith(str(Path(sys.executable).parent)))
     uv = str(Path(sys.executable).parent / "uv")
