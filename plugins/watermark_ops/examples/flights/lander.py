@@ -45,12 +45,14 @@ the file's modification time does not change.
 from __future__ import annotations
 
 import csv
+import functools
 import importlib.util
 import io
 import json
 import logging
 import uuid
 import zipfile
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from pathlib import Path
@@ -71,6 +73,8 @@ EXTRA_AIRPORT_TZ = {
 }
 # The longest a flight of the data set takes from its scheduled date to landing is under two days.
 _MAX_DAYS_DATE_TO_LANDING = 2
+#: How many scheduled dates' events :class:`FlightEvents` keeps (about 900 flights a date).
+_CACHED_DATES = 16
 
 
 class LanderError(ValueError):
@@ -117,17 +121,25 @@ def parse_number(value: str) -> float | None:
     return None if value in ("", "NA") else float(value)
 
 
+@functools.lru_cache(maxsize=None)
+def _zone(name: str) -> pendulum.Timezone:
+    """pendulum's time zone ``name``, built once: building one reads the zone's file (about 30 µs),
+    and an event needs a dozen (a year's landing: a million)."""
+    return pendulum.timezone(name)
+
+
 def _clock(day: date, hhmm: int, tz: str, fold: int = 0) -> pendulum.DateTime:
     """The instant of local clock ``hhmm`` on ``day`` in ``tz`` (2400 = midnight ending the day)."""
     hours, minutes = divmod(int(hhmm), 100)
     extra_days, hours = divmod(hours, 24)
     local_day = day + timedelta(days=extra_days)
-    return pendulum.datetime(local_day.year, local_day.month, local_day.day, hours, minutes, tz=tz, fold=fold)
+    return pendulum.datetime(local_day.year, local_day.month, local_day.day, hours, minutes, tz=_zone(tz),
+                             fold=fold)
 
 
 def iso_utc(instant: pendulum.DateTime | None) -> str | None:
     """``YYYY-MM-DDTHH:mm:ssZ`` in UTC, the events' time format; None stays None."""
-    return None if instant is None else instant.in_timezone("UTC").format("YYYY-MM-DDTHH:mm:ss[Z]")
+    return None if instant is None else instant.in_timezone(pendulum.UTC).format("YYYY-MM-DDTHH:mm:ss[Z]")
 
 
 def departure_instant(day: date, dep_hhmm: int, sched: pendulum.DateTime, dep_delay: float | None) -> pendulum.DateTime:
@@ -151,10 +163,10 @@ def arrival_instant(
     With ``expected`` (the scheduled arrival plus ``arr_delay``) the candidate closest to it wins,
     ties to the earlier; without it, the earliest candidate.
     """
-    local_day = departure.in_timezone(dest_tz).date()
+    local_day = departure.in_timezone(_zone(dest_tz)).date()
     candidates = sorted(
         {
-            _clock(local_day + timedelta(days=offset), arr_hhmm, dest_tz, fold).in_timezone("UTC")
+            _clock(local_day + timedelta(days=offset), arr_hhmm, dest_tz, fold).in_timezone(pendulum.UTC)
             for offset in (0, 1)
             for fold in (0, 1)
         }
@@ -216,7 +228,8 @@ class FlightEvents:
     """The flights of the data set, turned into events on demand, per scheduled date.
 
     Reading flights.csv (31 MB) takes about a second; events are built with pendulum only for the
-    dates an interval can need.
+    dates an interval can need, and the newest :data:`_CACHED_DATES` dates' events are kept
+    (consecutive intervals share all but one of the dates they read).
     """
 
     data_dir: Path = field(default_factory=dataset_dir)
@@ -227,18 +240,31 @@ class FlightEvents:
         for row_id, row in enumerate(read_csv_rows(self.data_dir / "flights.csv.zip"), start=1):
             day = date(int(row["year"]), int(row["month"]), int(row["day"]))
             self._rows_by_day.setdefault(day, []).append((row_id, row))
+        self._events_by_day: OrderedDict[date, list[tuple[pendulum.DateTime, dict[str, Any]]]] = OrderedDict()
+
+    def _events_of(self, day: date) -> list[tuple[pendulum.DateTime, dict[str, Any]]]:
+        """``[(stream time, event)]`` of the flights scheduled on ``day``, built once while cached."""
+        events = self._events_by_day.get(day)
+        if events is None:
+            built = (flight_event(row, row_id, self._zones) for row_id, row in self._rows_by_day.get(day, []))
+            events = self._events_by_day[day] = [(pendulum.parse(event["stream_time"]), event) for event in built]
+            if len(self._events_by_day) > _CACHED_DATES:
+                self._events_by_day.popitem(last=False)
+        else:
+            self._events_by_day.move_to_end(day)
+        return events
 
     def events_reaching_stream(self, start: pendulum.DateTime, end: pendulum.DateTime) -> list[dict[str, Any]]:
-        """Events whose ``stream_time`` is in ``[start, end)``, ordered by stream time then id."""
+        """Events whose ``stream_time`` is in ``[start, end)``, ordered by stream time then id (each
+        a new dict: the caller may change it)."""
         start_utc, end_utc = start.in_timezone("UTC"), end.in_timezone("UTC")
         first = start.in_timezone(ORIGIN_TZ).date() - timedelta(days=_MAX_DAYS_DATE_TO_LANDING)
         last = end.in_timezone(ORIGIN_TZ).date()
         events = []
         for offset in range((last - first).days + 1):
-            for row_id, row in self._rows_by_day.get(first + timedelta(days=offset), []):
-                event = flight_event(row, row_id, self._zones)
-                if start_utc <= pendulum.parse(event["stream_time"]) < end_utc:
-                    events.append(event)
+            for stream_time, event in self._events_of(first + timedelta(days=offset)):
+                if start_utc <= stream_time < end_utc:
+                    events.append(dict(event))
         events.sort(key=lambda e: (e["stream_time"], e["id"]))
         return events
 
