@@ -31,7 +31,10 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	@test -x /usr/bin/chromium || { apt-get update -q && apt-get install -y -q chromium; }
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q "$$(grep '^uv==' requirements.txt)"
-	$(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY) -r requirements.txt
+	@# The pins from uv's cache when it holds them all (no network, and no rebuild of a cached sdist:
+	@# pyspark's took 30 s and 1.4 GB of cache on every install), else from the index.
+	$(VENV)/bin/uv pip install -q --offline --compile-bytecode --python $(PY) -r requirements.txt 2>/dev/null \
+	  || $(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY) -r requirements.txt
 	@# Editable: its entry points register the provider and the UI plugin (nothing in plugins/ does).
 	$(VENV)/bin/uv pip install -q --python $(PY) --no-deps --no-build-isolation -e .
 	@touch $@
