@@ -86,11 +86,10 @@ def _key() -> str:
     """What the archive depends on: the java binary the launcher runs, the pyspark install, this file."""
     import pyspark
 
-    java = shutil.which("java", path=os.path.join(os.environ["JAVA_HOME"], "bin")) if os.environ.get(
-        "JAVA_HOME") else shutil.which("java")
-    java = os.path.realpath(java or "java")
-    jars = Path(pyspark.__file__).parent / "jars"
-    parts = [java, str(os.stat(java).st_mtime_ns) if os.path.exists(java) else "", str(jars), pyspark.__version__,
+    home = os.environ.get("JAVA_HOME")  # spark-submit's java: JAVA_HOME's, else the one on PATH
+    java = os.path.realpath(shutil.which("java", path=os.path.join(home, "bin") if home else None) or "java")
+    parts = [java, str(os.stat(java).st_mtime_ns) if os.path.exists(java) else "",
+             str(Path(pyspark.__file__).parent / "jars"), pyspark.__version__,
              hashlib.sha256(Path(__file__).read_bytes()).hexdigest()]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
 
@@ -135,7 +134,6 @@ def jvm_options(folder: Path | None = None) -> tuple[str, str]:
             problem, note = None, f"reused {target}"
         else:
             started = time.monotonic()
-            print(f"Dumping the JVM class-data archive once for this environment: {target}", file=sys.stderr)
             problem = _build(target, folder / "build.log")
             note = f"built {target} in {time.monotonic() - started:.0f} s"
     if problem:
