@@ -135,6 +135,11 @@ def jvm_options(folder: Path | None = None) -> tuple[str, str]:
         else:
             started = time.monotonic()
             problem = _build(target, folder / "build.log")
+            # An archive of another key (an older pyspark, java or this file) is never read again:
+            # about 180 MB each. A JVM still mapping one keeps its pages until it exits.
+            for stale in folder.glob("*.jsa"):
+                if stale != target:
+                    stale.unlink()
             note = f"built {target} in {time.monotonic() - started:.0f} s"
     if problem:
         return " ".join(FAST_START), f"JVM class-data archive: none ({problem})"
