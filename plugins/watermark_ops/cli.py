@@ -105,14 +105,19 @@ from watermark_ops.core.thresholds import DEFAULT_THRESHOLDS, Thresholds
 __all__ = ["StorageArgumentError", "build_parser", "main", "storage_from_args", "thresholds_from_args"]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``watermark-ops`` parser with its subcommands (each sets ``run`` to its function)."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``watermark-ops`` parser with its subcommands (each sets ``run`` to its function).
+
+    :param command: the subcommand about to be parsed (``argv[0]``): only it is added (argparse
+        builds a parser per subcommand and a help formatter per argument, each looking up its
+        words' translations: about 8 ms for all of them); None, or a word that names no
+        subcommand (``--help``, a typo: the message lists them all), adds every subcommand."""
     parser = argparse.ArgumentParser(
         prog="watermark-ops",
         description="Audit and watch the watermark of Spark Structured Streaming checkpoints (no JVM needed).",
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, help_text, add_arguments, run in (
+    subcommands = (
         ("audit", "prove that a checkpoint's watermark never moved backwards", _audit_arguments, _audit),
         ("status", "show a checkpoint's head and classify its watermark: advancing, idle, stalled, lagging or jumped",
          _status_arguments, _status),
@@ -124,7 +129,10 @@ def build_parser() -> argparse.ArgumentParser:
         ("accept-reset", "record that a checkpoint was reset on purpose, so the next audit accepts its new query id",
          _accept_reset_arguments, _accept_reset),
         *_state_subcommands(),
-    ):
+    )
+    if command in {name for name, *_ in subcommands}:
+        subcommands = tuple(item for item in subcommands if item[0] == command)
+    for name, help_text, add_arguments, run in subcommands:
         sub = subparsers.add_parser(name, help=help_text, description=help_text,
                                     formatter_class=_LazyHelpFormatter)
         add_arguments(sub)
@@ -135,7 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; returns the exit status."""
-    args = build_parser().parse_args(argv)
+    words = sys.argv[1:] if argv is None else argv
+    args = build_parser(words[0] if words else None).parse_args(words)
     try:
         args.where = storage_from_args(args)
     except StorageArgumentError as exc:
