@@ -371,13 +371,35 @@ def read_log_files(storage: Any, offsets_files: dict[int, str], commit_files: di
     probed = set(probed)
     probed_offsets = set(probed_offsets)
     paths = [*offsets_files.values(), *commit_files.values(), *([metadata_path] if metadata_path else [])]
-    content = storage.read(paths, probed=probed | probed_offsets)
-    read = content.contents.get  # content(path) without a call per file
+    ids = [*offsets_files, *commit_files]
     conf_cache: dict[Any, Any] = {}  # one parse of the conf every batch repeats
     # offsets files: Spark's exact form first (below), then the general parser (not that try again)
     parse_offsets_cached = partial(parse_offsets_in_general, conf_cache=conf_cache)
     parsed: dict[str, Any] = {}
     own_problems: dict[str, list[ReadProblem]] = {}
+    n_offsets, n_logs = len(offsets_files), len(ids)
+    sized, sizes = set(size_of), {}
+
+    def spark_form(index: int, raw: bytes) -> bool:
+        """The common case, as each file is read: a file in Spark's exact form (20,000 of them
+        in an audit) parsed, and not kept; every other file is left to parse_some, which reports."""
+        if index >= n_logs:
+            return False  # metadata
+        path = paths[index]
+        if index < n_offsets:
+            value = _spark_offsets_file(raw, ids[index], display(path), conf_cache)
+            if value is not None and ids[index] in sized:
+                sizes[ids[index]] = len(raw)
+        else:
+            value = _spark_commit_file(raw, ids[index], display(path))
+        if value is None:
+            return False
+        parsed[path] = value
+        return True
+
+    with collector_paused(len(paths) > _MANY_FILES):
+        content = storage.read(paths, probed=probed | probed_offsets, consume=spark_form)
+    read = content.contents.get  # content(path) without a call per file
 
     def parse_some(some: Iterable[tuple[Any, int, str]]) -> None:
         """Parse ``(parser, batch id, path)`` (the parser None for ``metadata``)."""
@@ -423,20 +445,10 @@ def read_log_files(storage: Any, offsets_files: dict[int, str], commit_files: di
             parsed[path] = _parse(parse, raw, batch_id, display(path), own, content.attempts.get(path, 1))
             own_problems[path] = own
 
-    with collector_paused(len(paths) > _MANY_FILES):
-        # The common case first, in one loop per log: a file read whole, in Spark's exact form
-        # (20,000 of them in an audit); every other file through parse_some, which reports.
-        for i, path in offsets_files.items():
-            raw = read(path)
-            if raw.__class__ is bytes and (value := _spark_offsets_file(raw, i, display(path), conf_cache)) is not None:
-                parsed[path] = value
-        for i, path in commit_files.items():
-            raw = read(path)
-            if raw.__class__ is bytes and (value := _spark_commit_file(raw, i, display(path))) is not None:
-                parsed[path] = value
-        jobs = [*((parse_offsets_cached, i, path) for i, path in offsets_files.items() if path not in parsed),
-                *((parse_commit, i, path) for i, path in commit_files.items() if path not in parsed),
-                *([(None, -1, metadata_path)] if metadata_path else [])]
+    jobs = [*((parse_offsets_cached, i, path) for i, path in offsets_files.items() if path not in parsed),
+            *((parse_commit, i, path) for i, path in commit_files.items() if path not in parsed),
+            *([(None, -1, metadata_path)] if metadata_path else [])]
+    with collector_paused(len(jobs) > _MANY_FILES):
         parse_some(jobs)
     for delay in storage.retry_delays:  # half-written files: read again, within a bound
         again = {path for path, own in own_problems.items() if any(p.kind in _HALF_WRITTEN for p in own)}
@@ -457,8 +469,7 @@ def read_log_files(storage: Any, offsets_files: dict[int, str], commit_files: di
             ordered.extend(own_problems.get(found_offsets[batch_id], ()))
         for batch_id in sorted(found_commits):
             ordered.extend(own_problems.get(found_commits[batch_id], ()))
-    sizes = {}
-    for i in size_of:
+    for i in sized.difference(sizes):  # the sizes of the files not taken in Spark's exact form
         raw = content(found_offsets[i]) if i in found_offsets else None
         if raw is not None and not isinstance(raw, Exception):
             sizes[i] = len(raw)

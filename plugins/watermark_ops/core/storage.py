@@ -112,12 +112,16 @@ class _FsspecStorage:
             out[path] = value
         return out
 
-    def read(self, paths: list[str], *, probed: Iterable[str] = ()):
+    def read(self, paths: list[str], *, probed: Iterable[str] = (), consume: Any = None):
         """Read every file at once (concurrent, bounded), retrying within :data:`RETRY_DELAYS_S`
         what failed: any error but a missing object, and a missing object the caller did not
         merely probe for (``probed``: paths that may well not exist, e.g. the commit of a batch
         still running). Returns ``content(path) -> bytes | Exception``; ``content.attempts``
-        is ``{path: reads}`` for the paths read more than once."""
+        is ``{path: reads}`` for the paths read more than once.
+
+        :param consume: ``consume(index in paths, bytes) -> bool``, called for every file read
+            (after the retries); a file it returns True for is not kept in the content (the
+            caller took what it needed from it), as :meth:`_LocalStorage.read` does."""
         contents = self._fetch(list(paths))
         probed = set(probed)
         attempts: dict[str, int] = {}
@@ -130,6 +134,11 @@ class _FsspecStorage:
             contents.update(self._fetch(again))
             for p in again:
                 attempts[p] = attempts.get(p, 1) + 1
+        if consume is not None:
+            for index, path in enumerate(paths):
+                value = contents.get(path)
+                if value.__class__ is bytes and consume(index, value):
+                    del contents[path]
         return _Content(contents, attempts)
 
 
@@ -255,15 +264,19 @@ class _LocalStorage:
         self.requests["list"] += 1
         return os.listdir(folder)
 
-    def read(self, paths: list[str], *, probed: Iterable[str] = ()):
+    def read(self, paths: list[str], *, probed: Iterable[str] = (), consume: Any = None):
         """Read every file with ``os.open``/``os.read`` (no buffered file object per file: half
         the cost of ``open().read()`` for small files; one after the other: a local read costs
         microseconds, less than handing it to a thread); ``content(path) -> bytes | Exception``.
-        Read once: a local file is whole once Spark renamed it into place."""
+        Read once: a local file is whole once Spark renamed it into place.
+
+        :param consume: ``consume(index in paths, bytes) -> bool``, called as soon as a file is
+            read; a file it returns True for is not kept (its memory serves the next file: a
+            10,000-batch audit no longer holds 10 MB of file contents at once)."""
         self.requests["get"] += len(paths)
         contents: dict[str, bytes | Exception] = {}
         flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
-        for path in paths:
+        for index, path in enumerate(paths):
             try:
                 fd = os.open(path, flags)
             except Exception as exc:  # noqa: BLE001 - reported as a ReadProblem naming the file
@@ -276,11 +289,13 @@ class _LocalStorage:
                     while chunk := os.read(fd, 65536):
                         chunks.append(chunk)
                     data = b"".join(chunks)
-                contents[path] = data
             except Exception as exc:  # noqa: BLE001 - e.g. IsADirectoryError on read
                 contents[path] = exc
+                continue
             finally:
                 os.close(fd)
+            if consume is None or not consume(index, data):
+                contents[path] = data
         return _Content(contents)
 
 

@@ -37,10 +37,18 @@ def batch_reads(monkeypatch):
     for storage in (checkpoint._LocalStorage, checkpoint._FsspecStorage):
         real = storage.read
 
-        def read(self, paths, *args, _real=real, **kwargs):
-            content = _real(self, paths, *args, **kwargs)
-            seen.extend(p for p in paths if ("/offsets/" in p or "/commits/" in p)
-                        and not isinstance(content(p), Exception))
+        def read(self, paths, *args, _real=real, consume=None, **kwargs):
+            taken: set[int] = set()  # files the reader parsed as they were read (not kept in the content)
+
+            def spy(index, raw):
+                if consume(index, raw):
+                    taken.add(index)
+                    return True
+                return False
+
+            content = _real(self, paths, *args, consume=spy if consume else None, **kwargs)
+            seen.extend(p for i, p in enumerate(paths) if ("/offsets/" in p or "/commits/" in p)
+                        and (i in taken or not isinstance(content(p), Exception)))
             return content
 
         monkeypatch.setattr(storage, "read", read)
