@@ -189,17 +189,64 @@ def read_progress_log(location: str, *, filesystem: Any = None, storage_options:
     :raises OSError: when the file exists but cannot be read.
     """
     log = ProgressLog(location=str(location))
+    reader = _Reader(location, filesystem, storage_options)
     try:
-        data = _Reader(location, filesystem, storage_options).whole()
+        # a local file: in pieces into one buffer; a bad or unfinished line reads it whole instead
+        read = _parse_fields_in_pieces(log, reader.path, tuple(fields)) \
+            if fields is not None and reader.fs is None else None
+        if read is None:
+            log.records.clear()
+            data = reader.whole()
+            read = len(data), len(data) - data.rfind(b"\n") - 1
+            if fields is not None:
+                _parse_fields(log, data, tuple(fields))
+            else:
+                _parse_lines(log, data, 0, numbered=True)
     except FileNotFoundError:
         return log
-    log.end_offset = len(data) if not data or data.endswith(b"\n") else data.rfind(b"\n") + 1
-    log.marker = (len(data), None)  # found (its version tag unknown: the next stat tells)
-    if fields is not None:
-        _parse_fields(log, data, tuple(fields))
-    else:
-        _parse_lines(log, data, 0, numbered=True)
+    size, unfinished = read
+    log.end_offset = size - unfinished  # after the last whole line
+    log.marker = (size, None)  # found (its version tag unknown: the next stat tells)
     return log
+
+
+#: The bytes of a local progress log read and decoded at a time (:func:`_parse_fields_in_pieces`).
+PIECE_BYTES = 1 << 20
+
+
+def _parse_fields_in_pieces(log: ProgressLog, path: str, fields: tuple[str, ...]) -> tuple[int, int] | None:
+    """:func:`_parse_fields` over a local file read into one reused buffer of
+    :data:`PIECE_BYTES` (the whole lines each time; an unfinished line is carried over), not into
+    one bytes value of the whole log: a 10 MB log takes 1 MB of fresh memory instead of 10 (the
+    pages the kernel hands out cost a sixth of the decoding).
+
+    :return: ``(size in bytes, 0)`` with ``log.records`` filled; None when a line is not a
+        record or the last line has no newline: the caller reads the log whole then (the line
+        numbers of the problems count from its start).
+    :raises FileNotFoundError: / :raises OSError: the file cannot be read.
+    """
+    decoder, asdict = _light_decoder(fields)
+    buffer = bytearray(PIECE_BYTES)
+    held = size = 0  # the bytes of an unfinished line at the buffer's start; the bytes read
+    with open(path, "rb", buffering=0) as handle:
+        while True:
+            if held == len(buffer):  # a line longer than the buffer
+                buffer.extend(bytes(len(buffer)))
+            with memoryview(buffer) as view:
+                count = handle.readinto(view[held:])
+                if not count:
+                    break
+                size += count
+                end = buffer.rfind(b"\n", 0, held + count) + 1
+                if end:
+                    try:
+                        log.records.extend(asdict(value) for value in decoder.decode_lines(view[:end]))
+                    except msgspec.MsgspecError:
+                        return None
+            held += count - end
+            if end:
+                buffer[:held] = buffer[end:end + held]
+    return None if held else (size, 0)
 
 
 def read_progress_since(location: str, start: int, known: Any = None, *, filesystem: Any = None,
@@ -235,19 +282,24 @@ def read_progress_since(location: str, start: int, known: Any = None, *, filesys
 _LIGHT_DECODERS: dict[tuple[str, ...], Any] = {}
 
 
+def _light_decoder(fields: tuple[str, ...]) -> tuple[Any, Any]:
+    """The decoder of a record keeping only ``fields`` (and ``batch_id``; an absent one reads as
+    None, what ``record.get(field)`` gives for a whole record), and ``msgspec.structs.asdict``."""
+    import msgspec.structs
+
+    decoder = _LIGHT_DECODERS.get(fields)
+    if decoder is None:
+        record = msgspec.defstruct("ProgressFields", [("batch_id", int)] + [
+            (name, Any, None) for name in fields if name != "batch_id"])
+        decoder = _LIGHT_DECODERS[fields] = msgspec.json.Decoder(record)
+    return decoder, msgspec.structs.asdict
+
+
 def _parse_fields(log: ProgressLog, data: bytes, fields: tuple[str, ...]) -> None:
     """:func:`_parse_lines` keeping only ``fields`` (and ``batch_id``) of each record, an absent
     one as None: msgspec decodes them without building the rest (the whole log of a long history
     in an audit)."""
-    import msgspec
-    import msgspec.structs
-
-    decoder = _LIGHT_DECODERS.get(fields)
-    if decoder is None:  # an absent field reads as None, what ``record.get(field)`` gives for a whole record
-        record = msgspec.defstruct("ProgressFields", [("batch_id", int)] + [
-            (name, Any, None) for name in fields if name != "batch_id"])
-        decoder = _LIGHT_DECODERS[fields] = msgspec.json.Decoder(record)
-    asdict = msgspec.structs.asdict
+    decoder, asdict = _light_decoder(fields)
     if data.endswith(b"\n") or not data:
         try:  # the whole log in one call when every line is a record (the usual case)
             log.records.extend(asdict(value) for value in decoder.decode_lines(data))

@@ -63,3 +63,41 @@ def test_quarantined_rows_are_reported_per_reason(tmp_path):
     assert summarize_run([])["quarantined_by_reason"] == {}
     assert summarize_run(iter(records_of_run(read_progress_log(str(tmp_path / "ck_quarantine.progress.jsonl")), "a"))
                          )["quarantined_by_reason"]["malformed_record"] == 3  # any iterable, read once
+
+
+def test_a_local_log_read_in_pieces_gives_what_a_whole_read_gives(tmp_path, monkeypatch):
+    """The audit's read of a local log (a few fields, in pieces of one reused buffer) against the
+    same log read whole through fsspec: the same records, problems (line numbers from the start),
+    end and size, whatever the piece size; a line longer than a piece, a bad line and a last
+    line without its newline included."""
+    from watermark_ops.core import progress
+
+    fields = ("query_id", "run_id", "requested_conf")
+    lines = [json.dumps({"batch_id": i, "query_id": "q", "run_id": f"r{i // 3}", "requested_conf": {"k": str(i)},
+                         "ignored": "x" * (i * 37 % 300)}) for i in range(40)]
+    logs = {
+        "records only": "\n".join(lines) + "\n",
+        "a long line": "\n".join(lines[:5] + [json.dumps({"batch_id": 99, "pad": "y" * 5000})] + lines[5:]) + "\n",
+        "a bad line": "\n".join(lines[:20] + ["{cut", "", "\r"] + lines[20:]) + "\n",
+        "a last line being written": "\n".join(lines) + "\n" + lines[0][:25],
+        "a last record without its newline": "\n".join(lines),
+        "empty": "",
+    }
+    whole_reads = []
+    real_whole = progress._Reader.whole
+    monkeypatch.setattr(progress._Reader, "whole", lambda self: whole_reads.append(self.path) or real_whole(self))
+    for piece in (64, 1000, progress.PIECE_BYTES):
+        monkeypatch.setattr(progress, "PIECE_BYTES", piece)
+        for name, text in logs.items():
+            log = tmp_path / f"{name}.jsonl"
+            log.write_text(text)
+            whole_reads.clear()
+            local = read_progress_log(str(log), fields=fields)
+            # in pieces only, unless a line is not a record or the last one has no newline (then read whole)
+            assert (whole_reads == []) == (name in ("records only", "a long line", "empty")), (piece, name)
+            whole = read_progress_log(f"file://{log}", fields=fields)
+            assert [r["batch_id"] for r in local.records] == [r["batch_id"] for r in whole.records], (piece, name)
+            assert local.records == whole.records and (local.end_offset, local.marker) == (whole.end_offset, whole.marker)
+            assert [p.removeprefix(local.location) for p in local.problems] == \
+                   [p.removeprefix(whole.location) for p in whole.problems]  # ":<line>: <what>"
+    assert len(read_progress_log(str(tmp_path / "a bad line.jsonl"), fields=fields).problems) == 1
