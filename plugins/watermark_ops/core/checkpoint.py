@@ -379,22 +379,27 @@ def read_log_files(storage: Any, offsets_files: dict[int, str], commit_files: di
     own_problems: dict[str, list[ReadProblem]] = {}
     n_offsets, n_logs = len(offsets_files), len(ids)
     sized, sizes = set(size_of), {}
+    fast_offsets: dict[int, OffsetsEntry] = {}  # by batch id, in offsets_files' order
+    fast_commits: dict[int, CommitEntry] = {}
 
     def spark_form(index: int, raw: bytes) -> bool:
         """The common case, as each file is read: a file in Spark's exact form (20,000 of them
         in an audit) parsed, and not kept; every other file is left to parse_some, which reports."""
         if index >= n_logs:
             return False  # metadata
-        path = paths[index]
+        batch_id = ids[index]
         if index < n_offsets:
-            value = _spark_offsets_file(raw, ids[index], display(path), conf_cache)
-            if value is not None and ids[index] in sized:
-                sizes[ids[index]] = len(raw)
-        else:
-            value = _spark_commit_file(raw, ids[index], display(path))
+            value = _spark_offsets_file(raw, batch_id, display(paths[index]), conf_cache)
+            if value is None:
+                return False
+            fast_offsets[batch_id] = value
+            if batch_id in sized:
+                sizes[batch_id] = len(raw)
+            return True
+        value = _spark_commit_file(raw, batch_id, display(paths[index]))
         if value is None:
             return False
-        parsed[path] = value
+        fast_commits[batch_id] = value
         return True
 
     with collector_paused(len(paths) > _MANY_FILES):
@@ -445,8 +450,8 @@ def read_log_files(storage: Any, offsets_files: dict[int, str], commit_files: di
             parsed[path] = _parse(parse, raw, batch_id, display(path), own, content.attempts.get(path, 1))
             own_problems[path] = own
 
-    jobs = [*((parse_offsets_cached, i, path) for i, path in offsets_files.items() if path not in parsed),
-            *((parse_commit, i, path) for i, path in commit_files.items() if path not in parsed),
+    jobs = [*((parse_offsets_cached, i, path) for i, path in offsets_files.items() if i not in fast_offsets),
+            *((parse_commit, i, path) for i, path in commit_files.items() if i not in fast_commits),
             *([(None, -1, metadata_path)] if metadata_path else [])]
     with collector_paused(len(jobs) > _MANY_FILES):
         parse_some(jobs)
@@ -458,9 +463,9 @@ def read_log_files(storage: Any, offsets_files: dict[int, str], commit_files: di
         content.update(storage.read(sorted(again), probed=probed | probed_offsets))
         parse_some(job for job in jobs if job[2] in again)
     # only a probed file can be absent (a copy, not a pass over every file, when none was probed)
-    found_offsets = ({i: path for i, path in offsets_files.items() if parsed[path] is not _ABSENT}
+    found_offsets = ({i: path for i, path in offsets_files.items() if parsed.get(path) is not _ABSENT}
                      if probed_offsets else dict(offsets_files))
-    found_commits = ({i: path for i, path in commit_files.items() if parsed[path] is not _ABSENT}
+    found_commits = ({i: path for i, path in commit_files.items() if parsed.get(path) is not _ABSENT}
                      if probed else dict(commit_files))
     # read_checkpoint's order: metadata's problems, the offsets files' by batch id, the commits'
     ordered: list[ReadProblem] = list(own_problems.get(metadata_path, ())) if metadata_path else []
@@ -475,13 +480,21 @@ def read_log_files(storage: Any, offsets_files: dict[int, str], commit_files: di
             sizes[i] = len(raw)
     return LogFiles(
         query_id=parsed.get(metadata_path) if metadata_path else None,
-        offsets={i: parsed[path] for i, path in found_offsets.items() if parsed[path] is not None},
-        commits={i: parsed[path] for i, path in found_commits.items() if parsed[path] is not None},
+        offsets=_entries(found_offsets, fast_offsets, parsed), commits=_entries(found_commits, fast_commits, parsed),
         offsets_files=found_offsets, commit_files=found_commits, problems=ordered,
         metadata_read=metadata_path is not None, offsets_sizes=sizes)
 
 
 _ABSENT = object()
+
+
+def _entries(found: dict[int, str], fast: dict[int, Any], parsed: dict[str, Any]) -> dict[int, Any]:
+    """``{batch id: entry}`` of the ``found`` files that parsed, in their order: those taken in
+    Spark's exact form (``fast``, by batch id) and the others (``parsed``, by path; None when not)."""
+    if len(fast) == len(found):  # every file in Spark's exact form (fast holds found's ids, in order)
+        return fast
+    return {i: value for i, path in found.items()
+            if (value := fast[i] if i in fast else parsed[path]) is not None}
 #: Above this many files a read pauses Python's cyclic garbage collector while it parses them.
 _MANY_FILES = 2000
 
