@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 
 from rich.console import Console
@@ -42,6 +43,30 @@ def test_audit_table_has_no_1970_and_no_change_from_the_unset_watermark(tmp_path
     assert "not set yet" in batch_rows[0] and "1970-01-01" not in text
     assert "2013-01-02T02:02:00Z" in batch_rows[1]
     assert "+" not in batch_rows[1]  # no "+15707 d 2 h" from the unset watermark
+
+
+def test_the_batch_table_s_own_column_widths_are_what_rich_measures(tmp_path):
+    """The audit's batch table gives rich the widths of its columns when it fits (rich then does not
+    measure the cells again): the table must be the very one rich measures itself, in colour too,
+    with an in-flight batch, a missing commit, an unreadable offsets file and a negative change."""
+    root = tmp_path / "cp"
+    cf.handmade_checkpoint(str(root), [(0, 1_357_092_120_000), (1_357_092_120_000, 1_357_095_720_000),
+                                       (1_357_095_720_000, 1_357_000_000_000), (1_357_000_000_000, None)])
+    (root / "commits" / "1").unlink()
+    (root / "offsets" / "2").write_text("v1\n{not json\n")
+    report = run_audit(str(root))
+    for limit in (0, 2):
+        for color in (False, True):
+            tables = []
+            for width in (10_000, 0):  # own widths (it fits), rich's measuring (it never fits)
+                console = Console(width=200, record=True, force_terminal=color, no_color=not color,
+                                  file=io.StringIO(), highlight=False, emoji=False)
+                table, _ = render._audit_batches_table(report, limit, width)
+                console.print(table)
+                tables.append(console.export_text(styles=color))
+            assert tables[0] == tables[1] and "in flight" in tables[0]
+            assert ("no commit" in tables[0]) == (limit == 0)  # batch 1 is not among the newest 2
+    assert [c.width for c in render._audit_batches_table(report, 0, 200)[0].columns] == [5, 20, 13, 8, 20, 9]
 
 
 def test_audit_text_is_the_table_without_colour(tmp_path):
