@@ -373,7 +373,7 @@ def read_log_files(storage: Any, offsets_files: dict[int, str], commit_files: di
     paths = [*offsets_files.values(), *commit_files.values(), *([metadata_path] if metadata_path else [])]
     ids = [*offsets_files, *commit_files]
     conf_cache: dict[Any, Any] = {}  # one parse of the conf every batch repeats
-    # offsets files: Spark's exact form first (below), then the general parser (not that try again)
+    # offsets files: Spark's exact form first (spark_form), then the general parser (not that try again)
     parse_offsets_cached = partial(parse_offsets_in_general, conf_cache=conf_cache)
     parsed: dict[str, Any] = {}
     own_problems: dict[str, list[ReadProblem]] = {}
@@ -417,14 +417,7 @@ def read_log_files(storage: Any, offsets_files: dict[int, str], commit_files: di
             raw = read(path)
             if raw is None:
                 raw = content(path)  # not read: a FileNotFoundError naming it
-            if raw.__class__ is bytes:  # the common case first: a file read whole (20,000 of them in an audit)
-                if parse is parse_offsets_cached:  # Spark's exact form, else None (then the general parser)
-                    value = _spark_offsets_file(raw, batch_id, display(path), conf_cache)
-                    if value is not None:
-                        parsed[path] = value
-                        if own_problems:
-                            own_problems.pop(path, None)
-                        continue
+            if raw.__class__ is bytes:  # a file read whole (not in Spark's exact form: spark_form took those)
                 try:
                     value = parse(raw, batch_id, display(path))
                 except LogFileError as err:
