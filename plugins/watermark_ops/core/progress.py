@@ -191,21 +191,20 @@ def read_progress_log(location: str, *, filesystem: Any = None, storage_options:
     log = ProgressLog(location=str(location))
     reader = _Reader(location, filesystem, storage_options)
     try:
-        # a local file: in pieces into one buffer; a bad or unfinished line reads it whole instead
-        read = _parse_fields_in_pieces(log, reader.path, tuple(fields)) \
+        # a local file: in pieces into one buffer (every line whole); a bad or unfinished line reads it whole
+        size = end = _parse_fields_in_pieces(log, reader.path, tuple(fields)) \
             if fields is not None and reader.fs is None else None
-        if read is None:
+        if size is None:
             log.records.clear()
             data = reader.whole()
-            read = len(data), len(data) - data.rfind(b"\n") - 1
+            size, end = len(data), data.rfind(b"\n") + 1
             if fields is not None:
                 _parse_fields(log, data, tuple(fields))
             else:
                 _parse_lines(log, data, 0, numbered=True)
     except FileNotFoundError:
         return log
-    size, unfinished = read
-    log.end_offset = size - unfinished  # after the last whole line
+    log.end_offset = end  # after the last whole line
     log.marker = (size, None)  # found (its version tag unknown: the next stat tells)
     return log
 
@@ -214,13 +213,13 @@ def read_progress_log(location: str, *, filesystem: Any = None, storage_options:
 PIECE_BYTES = 1 << 20
 
 
-def _parse_fields_in_pieces(log: ProgressLog, path: str, fields: tuple[str, ...]) -> tuple[int, int] | None:
+def _parse_fields_in_pieces(log: ProgressLog, path: str, fields: tuple[str, ...]) -> int | None:
     """:func:`_parse_fields` over a local file read into one reused buffer of
     :data:`PIECE_BYTES` (the whole lines each time; an unfinished line is carried over), not into
     one bytes value of the whole log: a 10 MB log takes 1 MB of fresh memory instead of 10 (the
     pages the kernel hands out cost a sixth of the decoding).
 
-    :return: ``(size in bytes, 0)`` with ``log.records`` filled; None when a line is not a
+    :return: the size in bytes (every line whole) with ``log.records`` filled; None when a line is not a
         record or the last line has no newline: the caller reads the log whole then (the line
         numbers of the problems count from its start).
     :raises FileNotFoundError: / :raises OSError: the file cannot be read.
@@ -246,7 +245,7 @@ def _parse_fields_in_pieces(log: ProgressLog, path: str, fields: tuple[str, ...]
             held += count - end
             if end:
                 buffer[:held] = buffer[end:end + held]
-    return None if held else (size, 0)
+    return None if held else size
 
 
 def read_progress_since(location: str, start: int, known: Any = None, *, filesystem: Any = None,
