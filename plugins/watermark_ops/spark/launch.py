@@ -72,7 +72,11 @@ def parse_launch_args(argv: list[str]) -> tuple[argparse.Namespace, str, list[st
     parser.add_argument("--pre-watermark", metavar="MODULE:FUNCTION",
                         help="the job's function from raw rows to the rows that enter withWatermark: each batch is "
                              "replayed through it in Spark after the run (exact late rows)")
-    parser.add_argument("--reason-column", help="the pre-watermark function's column naming why a row is set aside")
+    parser.add_argument("--reason-column", help="the column naming why a row is set aside (in the pre-watermark "
+                                               "function's rows, or in the job's reject query)")
+    parser.add_argument("--no-twin", dest="twin", action="store_false",
+                        help="without --pre-watermark, do not run the job as its batch twin after the run (the "
+                             "run's late rows are then unknown)")
     parser.add_argument("--partition-column", help="observe each batch's newest event time per value of this column")
     parser.add_argument("--partitions", help="the values of the partition column to keep apart (comma-separated)")
     parser.add_argument("--landing", help="the query's landing folder (chooses among several sources; an owed "
@@ -160,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
         code = _finish_queries(attachment, failed=code != 0) or code
         if code == 0 and args.pre_watermark:
             code = _replay(args, attachment, script, namespace)
+        elif code == 0 and args.checkpoint and args.twin:
+            _twin(args, attachment, script, script_args)
         if code == 0:
             for started in attachment.queries:
                 clear_diagnosis(started.checkpoint)  # this run finished: an earlier refusal no longer holds
@@ -201,6 +207,7 @@ def _run_script(script: str, script_args: list[str], namespace: dict[str, Any]) 
 
     from watermark_ops.spark.lock import CheckpointInUse
     from watermark_ops.spark.restart import RestartRefused
+    from watermark_ops.spark.twin import CannotTwin
 
     module = types.ModuleType("__main__")
     module.__dict__.update({"__file__": script, "__builtins__": builtins, "__loader__": None, "__spec__": None,
@@ -216,7 +223,7 @@ def _run_script(script: str, script_args: list[str], namespace: dict[str, Any]) 
             return exc.code or 0
         print(exc.code, file=sys.stderr)
         return 1
-    except (CheckpointInUse, RestartRefused):
+    except (CheckpointInUse, RestartRefused, CannotTwin):
         raise
     except Exception:
         traceback.print_exc()
@@ -396,6 +403,73 @@ def _replay(args: argparse.Namespace, attachment, script: str, namespace: dict[s
                   args.pre_watermark, exc)
         return EXIT_REPLAY_FAILED
     return 0
+
+
+def _twin(args: argparse.Namespace, attachment, script: str, script_args: list[str]) -> None:
+    """The run's late rows from the job's batch twin (:mod:`watermark_ops.spark.twin`): the script run
+    again over the run's files with the stream APIs answered by batch ones, every batch in one Spark
+    job. Never fails the run (its data is committed): a job that cannot be twinned is named in one
+    line, and each of its batches gets a record saying why, so every face calls its late rows unknown."""
+    from watermark_ops.core.ledger.plan import plan_batches
+    from watermark_ops.core.ledger.replayed import replay_log_path, replay_record
+    from watermark_ops.spark.recorder import append_json_lines
+    from watermark_ops.spark.twin import CannotTwin, run_twin
+    from watermark_ops.spark.twin_ledger import twin_records
+
+    started = _main_query(args, attachment)
+    if started is None or attachment.recorder is None:
+        return
+    records = attachment.recorder.records(started.query)
+    batch_ids = [r["batch_id"] for r in records if r.get("executed")]
+    if not batch_ids:
+        return
+    query_id = str(started.query.id)
+    _, plans, problems = plan_batches(started.checkpoint, batch_ids)
+    for problem in problems:
+        log.warning("twin of %s: %s: %s", started.checkpoint, problem.file, problem.message)
+    plans = [p for p in plans if p.ok]
+    if not plans:
+        return
+    sources = [s for s in _sources_of(records[-1], attachment, args.landing) if s is not None]
+    main_path = sources[0].path if len(sources) == 1 else None
+    files = [uri for plan in plans for _, uri in plan.files]
+
+    def files_for(location: str | None) -> list[str]:
+        from watermark_ops.spark.attach import same_location
+
+        return files if main_path is None or same_location(location, main_path) else []
+
+    column, _ = _watermark(args, attachment)
+    try:
+        if column is None:
+            raise CannotTwin("the job called no withWatermark during the run")
+        twin = run_twin(lambda: _run_script(script, script_args, {}), files_for)
+        main = twin.query_for(started.checkpoint)
+        if main is None:
+            raise CannotTwin(f"the job's batch twin started no query on {started.checkpoint}; declare pre_watermark "
+                             "instead")
+        made = twin_records(attachment.spark, plans, twin, main, column, args.reason_column, query_id=query_id,
+                            run_tag=args.run_tag)
+    except CannotTwin as exc:
+        log.warning("late rows unknown for batches %s: the job cannot be twinned: %s", batch_ids, exc)
+        from watermark_ops.core.ledger.plan import tally
+
+        made = []
+        for plan in plans:
+            record = replay_record(tally(plan, [], "spark", rows_read=0), query_id, args.run_tag, [],
+                                   [f"not twinned: {exc}"])
+            record["method"] = "twin"
+            made.append(record)
+    except Exception as exc:  # noqa: BLE001 - the run's data is committed; its ledger is what failed
+        traceback.print_exc()
+        log.warning("late rows unknown for batches %s: the job's batch twin failed: %s", batch_ids, exc)
+        return
+    append_json_lines(replay_log_path(started.checkpoint), made)
+    for record in made:
+        log.info("batch %d from the job's batch twin: %d rows read, %d set aside, %d aggregated, %d late%s",
+                 record["batch_id"], record["rows_read"], sum(record["rows_quarantined"].values()),
+                 record["rows_aggregated"], len(record["late_rows"]),
+                 f"; NOT EXACT: {'; '.join(record['problems'])}" if record["problems"] else "")
 
 
 def _tick_if_owed(args: argparse.Namespace) -> None:

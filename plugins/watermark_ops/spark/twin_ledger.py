@@ -1,0 +1,218 @@
+"""The late-row ledger of a run from the job's batch twin: every batch of the run in one Spark job.
+
+The twin (:mod:`watermark_ops.spark.twin`) gives the frame that enters ``withWatermark`` computed in
+batch over all the files of the run. Each of its rows keeps its file (``_metadata.file_path``), and
+the checkpoint's file source log says which batch read which file
+(:func:`watermark_ops.core.ledger.plan.plan_batches`), so one Spark job tags every row with its batch
+id and that batch's late watermark (a broadcast join on the file) and brings back the event time of
+every row entering the watermark, and the content of the late ones. The batch's own rule and
+watermark then judge each row in Python (:func:`watermark_ops.core.ledger.plan.tally`, the rule of
+the Python replay and of the per-batch Spark replay), and one record per batch is appended to the
+replay log (:mod:`watermark_ops.core.ledger.replayed`: the faces read it as they read the
+pre-watermark replay's).
+
+The rows the job sets aside: its other queries over the same files that carry a reason column (the
+declared ``reason_column``, else one named ``reason``, ``reject_reason``, ``rejection_reason``,
+``quarantine_reason`` or ``error``) are its reject queries: their rows are counted per batch and
+reason, with one example each (its file and the row as the job keeps it). Rows that neither enter
+the watermark nor reach a reject query are ``filtered_by_job``. Each batch's rows read are checked
+against Spark's own ``numInputRows``; a disagreement is a problem of the record (the ledger then
+calls the batch not replayed), never a silent number.
+
+A row's line in its file is not known here (the job's own projections drop every column the twin
+could add; only the hidden file column survives them): late rows and examples name their file and
+show the row as the job made it.
+
+Needs pyspark (imported inside the functions).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from typing import Any
+
+from watermark_ops.core.ledger.plan import BatchPlan, ReplayRow, tally
+from watermark_ops.core.ledger.replayed import FILTERED_BY_JOB, replay_record
+from watermark_ops.spark.twin import CannotTwin, Twin, TwinQuery
+
+log = logging.getLogger("watermark_ops.spark")
+
+__all__ = ["REASON_COLUMNS", "file_key", "twin_records"]
+
+#: Column names that make another query of the job a reject query (after the declared reason column).
+REASON_COLUMNS = ("reason", "reject_reason", "rejection_reason", "quarantine_reason", "error")
+_KEY, _BATCH, _LATE_US, _EVENT_US, _EVENT, _REASON, _ROWS = (
+    "_wo_file", "_wo_batch", "_wo_late_us", "_wo_event_us", "_wo_event", "_wo_reason", "_wo_rows")
+_SCHEME = re.compile(r"^file:/+")
+
+
+def file_key(uri: str) -> str:
+    """One spelling of a file's URI for matching the source log with ``_metadata.file_path``
+    (``file:///a`` and ``file:/a`` → ``/a``; other URIs as they are, both sides URL-encoded alike)."""
+    return _SCHEME.sub("/", str(uri))
+
+
+def _key_column():
+    from pyspark.sql import functions as F
+
+    return F.regexp_replace(F.col("_metadata.file_path"), "^file:/+", "/")
+
+
+def _with_key(frame: Any, what: str) -> Any:
+    """``frame`` with its rows' file key; :class:`CannotTwin` when the rows lost their file."""
+    try:
+        keyed = frame.withColumn(_KEY, _key_column())
+        keyed.columns  # noqa: B018 - analysis happens here (over Connect, on the schema request)
+        return keyed
+    except Exception as exc:  # noqa: BLE001 - Spark's analysis error, summarised
+        raise CannotTwin(f"{what} do not keep the file they came from (Spark's hidden _metadata.file_path: the job "
+                         f"joins, unions or aggregates before it): {str(exc).splitlines()[0][:200]}; declare "
+                         "pre_watermark instead") from exc
+
+
+def _reject_queries(twin: Twin, main: TwinQuery, reason_column: str | None) -> list[tuple[TwinQuery, str]]:
+    """The job's other queries that carry a reason column, with that column's name."""
+    found = []
+    for query in twin.queries:
+        if query is main:
+            continue
+        columns = list(query.frame.columns)
+        name = next((c for c in ((reason_column,) if reason_column else ()) + REASON_COLUMNS if c in columns), None)
+        if name is not None:
+            found.append((query, name))
+    return found
+
+
+def twin_records(spark: Any, plans: list[BatchPlan], twin: Twin, main: TwinQuery, watermark_column: str,
+                 reason_column: str | None = None, *, query_id: str | None = None,
+                 run_tag: str | None = None) -> list[dict[str, Any]]:
+    """The replay-log records of ``plans`` (the run's replayable batches, ascending) from the twin.
+
+    :param twin: what the twin run captured. :param main: its query on the declared checkpoint.
+    :param watermark_column: the column ``withWatermark`` is called on (a timestamp).
+    :param reason_column: a column naming why a row is set aside (in the frame entering the
+        watermark, or in a reject query), or None.
+    :return: one record per plan (:func:`watermark_ops.core.ledger.replayed.replay_record`, with
+        ``"method": "twin"``).
+    :raises CannotTwin: no ``withWatermark`` on ``watermark_column``, or its rows lost their file.
+    """
+    from pyspark.sql import functions as F
+
+    entering = next((frame for frame, column, _ in twin.watermarks if column == watermark_column), None)
+    if entering is None:
+        raise CannotTwin(f"the job's batch twin called no withWatermark on {watermark_column!r} (calls: "
+                         f"{[c for _, c, _ in twin.watermarks]}); declare pre_watermark instead")
+    rules = {(p.rule.kind, p.rule.window_ms) for p in plans}
+    if len(rules) != 1:
+        raise CannotTwin(f"the run's batches were recorded with {len(rules)} late rules: expected one per run")
+    rule = plans[0].rule
+    keyed: dict[str, tuple[BatchPlan, int, str]] = {}
+    for plan in plans:
+        for order, (_, uri) in enumerate(plan.files):
+            keyed[file_key(uri)] = (plan, order, uri)
+    table = spark.createDataFrame([(k, p.batch_id, p.late_watermark_ms * 1000) for k, (p, _, _) in keyed.items()],
+                                  f"{_KEY} string, {_BATCH} long, {_LATE_US} long")
+    frame = _with_key(entering, "the rows entering withWatermark")
+    if watermark_column not in frame.columns:
+        raise CannotTwin(f"the rows entering withWatermark have no column {watermark_column!r}")
+    own_reason = reason_column if reason_column and reason_column in entering.columns else None
+    shown = [c for c in entering.columns if c != _KEY]
+    event_us = F.unix_micros(F.col(f"`{watermark_column}`"))
+    if rule.kind == "window_end":
+        size = F.lit(rule.window_ms * 1000)
+        late = (event_us - F.pmod(event_us, size) + size) <= F.col(_LATE_US)
+    else:
+        late = event_us <= F.col(_LATE_US)
+    reason = F.col(f"`{own_reason}`").cast("string") if own_reason else F.lit(None).cast("string")
+    joined = frame.join(F.broadcast(table), _KEY, "inner")
+    wanted = reason.isNotNull() | late
+    rows = joined.select(F.col(_KEY), F.col(_BATCH), reason.alias(_REASON), event_us.alias(_EVENT_US),
+                         F.when(wanted, F.to_json(F.struct(*[F.col(f"`{c}`") for c in shown]))).alias(_EVENT)
+                         ).collect()
+    read = _rows_read(twin, table)
+    rejects = _rejects(twin, main, reason_column, table)
+    return [_record(plan, keyed, rows, read, rejects, query_id, run_tag) for plan in plans]
+
+
+def _rows_read(twin: Twin, table: Any) -> dict[str, int]:
+    """Rows per file key of the twin's sources (the raw rows its batch reads made)."""
+    from pyspark.sql import functions as F
+
+    counted: dict[str, int] = {}
+    for source in twin.sources:
+        frame = _with_key(source.frame, "the raw rows")
+        for row in frame.join(F.broadcast(table.select(_KEY)), _KEY, "inner").groupBy(_KEY).count().collect():
+            counted[row[_KEY]] = counted.get(row[_KEY], 0) + row["count"]
+    return counted
+
+
+def _rejects(twin: Twin, main: TwinQuery, reason_column: str | None, table: Any) -> dict[tuple[str, str], tuple[int, str]]:
+    """``{(file key, reason): (rows, one row as JSON)}`` of the job's reject queries."""
+    from pyspark.sql import functions as F
+
+    found: dict[tuple[str, str], tuple[int, str]] = {}
+    for query, column in _reject_queries(twin, main, reason_column):
+        try:
+            frame = _with_key(query.frame, f"the rows of the job's query {query.name or query.path}")
+        except CannotTwin as exc:
+            log.warning("%s: its rows are not counted as set aside", exc)
+            continue
+        shown = [c for c in query.frame.columns if c != _KEY]
+        grouped = (frame.join(F.broadcast(table.select(_KEY)), _KEY, "inner")
+                   .groupBy(_KEY, F.col(f"`{column}`").cast("string").alias(_REASON))
+                   .agg(F.count(F.lit(1)).alias(_ROWS),
+                        F.first(F.to_json(F.struct(*[F.col(f"`{c}`") for c in shown]))).alias(_EVENT)))
+        for row in grouped.collect():
+            reason = row[_REASON] if row[_REASON] is not None else (query.name or "rejected")
+            before = found.get((row[_KEY], reason))
+            found[(row[_KEY], reason)] = (row[_ROWS] + (before[0] if before else 0), before[1] if before else row[_EVENT])
+    return found
+
+
+def _record(plan: BatchPlan, keyed: dict[str, tuple[BatchPlan, int, str]], rows: list[Any], read: dict[str, int],
+            rejects: dict[tuple[str, str], tuple[int, str]], query_id: str | None, run_tag: str | None) -> dict[str, Any]:
+    """One batch's replay record from the run's collected rows."""
+    mine = {k: v for k, v in keyed.items() if v[0] is plan}
+    order = {k: v[1] for k, v in mine.items()}
+    made: list[ReplayRow] = []
+    counted: dict[str, int] = {}
+    entering_us: list[int] = []
+    problems: list[str] = []
+    for row in sorted((r for r in rows if r[_KEY] in mine), key=lambda r: order[r[_KEY]]):
+        uri = mine[row[_KEY]][2]
+        event = json.loads(row[_EVENT]) if row[_EVENT] is not None else None
+        if row[_REASON] is not None:
+            first = row[_REASON] not in counted
+            counted[row[_REASON]] = counted.get(row[_REASON], 0) + 1
+            if first:
+                made.append(ReplayRow(uri, None, row[_REASON], row[_EVENT_US], event))
+            continue
+        if row[_EVENT_US] is None:
+            problems.append(f"{uri}: a row entering the watermark has a null event time: Spark drops such rows "
+                            "without counting them")
+            continue
+        entering_us.append(row[_EVENT_US])
+        made.append(ReplayRow(uri, None, None, row[_EVENT_US], event))
+    for (key, reason), (count, example) in sorted(rejects.items(), key=lambda kv: order.get(kv[0][0], 0)):
+        if key not in mine:
+            continue
+        if reason not in counted:
+            made.append(ReplayRow(mine[key][2], None, reason, None, json.loads(example) if example else None))
+        counted[reason] = counted.get(reason, 0) + count
+    rows_read = sum(read.get(k, 0) for k in mine)
+    accounted = len(entering_us) + sum(counted.values())
+    if accounted < rows_read:
+        counted[FILTERED_BY_JOB] = rows_read - accounted
+    elif accounted > rows_read:
+        problems.append(f"the job's twin made {accounted} rows (entering the watermark or set aside) of {rows_read} "
+                        "rows read: expected each row once (a reject query that overlaps the watermarked rows?)")
+    spark_rows = plan.spark_rows()["spark_input_rows"]
+    if spark_rows is not None and spark_rows != rows_read:
+        problems.append(f"the twin read {rows_read} rows from the batch's {len(mine)} files, the stream read "
+                        f"{spark_rows} (numInputRows): expected the same reader settings")
+    batch = tally(plan, made, "spark", rows_read=rows_read, set_aside=counted)
+    record = replay_record(batch, query_id, run_tag, [us // 1000 for us in entering_us], problems)
+    record["method"] = "twin"
+    return record
