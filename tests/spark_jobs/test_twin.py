@@ -1,0 +1,193 @@
+"""The job's batch twin: a flat script, attached with 0 changed lines, gets its exact late rows.
+
+The job (``tests/temps_project/jobs/city_temps.py``) is unlike the example and the readings project:
+real hourly temperatures of two cities in 2010 (the ``vega_datasets`` package's ``seattle-temps`` and
+``sf-temps``), JSON lines whose event time is zone-less text in a field named ``event_time`` and whose
+temperature is text, parsed inline in one ``select`` (``try_to_timestamp``, SQL ``try_cast``), no
+function of its own, two queries (6-hour windows with count, mean, min and max; a reject query with
+its own ``reject_reason``), ``awaitAnyTermination``. The south city's link delivers 10 hours late,
+so each day some of its readings fall in windows the watermark already closed.
+
+pandas computes the truth from the landed files alone: each run's watermark is the newest good event
+time of the runs before it minus the 1-hour delay (one data batch per run plus the trailing no-data
+batch; Spark >= 3.4 filters with the previous batch's watermark), and a row is late when its 6-hour
+window ends at or before it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from watermark_ops.core.ledger import late_ledger, read_replay_log
+
+JOB = Path(__file__).resolve().parents[1] / "temps_project" / "jobs" / "city_temps.py"
+HOUR_MS = 3_600_000
+WINDOW_MS = 6 * HOUR_MS
+DELAY_MS = HOUR_MS
+#: How late each city's readings arrive.
+ARRIVES_AFTER = {"seattle": pd.Timedelta(0), "sf": pd.Timedelta(hours=10)}
+DAYS = ("2010-01-02", "2010-01-03", "2010-01-04")
+
+
+def _temps() -> pd.DataFrame:
+    from vega_datasets import local_data
+
+    frames = [local_data.seattle_temps().assign(city="seattle"), local_data.sf_temps().assign(city="sf")]
+    return pd.concat(frames, ignore_index=True)
+
+
+def land(day: str, landing: Path, garbage: bool = False) -> pd.DataFrame:
+    """The readings that arrived in the day before ``day`` (the run's data interval), one JSON-lines
+    file per city; ``garbage``: every event time unreadable (an upstream change). Returns them."""
+    end = pd.Timestamp(day)
+    temps = _temps()
+    arrived = temps["date"] + temps["city"].map(ARRIVES_AFTER)
+    rows = temps[(arrived >= end - pd.Timedelta(days=1)) & (arrived < end)].copy()
+    rows["event_time"] = rows["date"].dt.strftime("%Y-%m-%d %H:%M:%S")
+    if garbage:
+        rows["event_time"] = "at " + rows["event_time"]
+    rows["temp"] = rows["temp"].astype(str)
+    landing.mkdir(parents=True, exist_ok=True)
+    for city, part in rows.groupby("city"):
+        path = landing / f"temps_{day}_{city}.json"
+        hidden = path.with_name("." + path.name)
+        with open(hidden, "w") as out:
+            for row in part.itertuples():
+                out.write(json.dumps({"city": city, "event_time": row.event_time, "temp": row.temp}) + "\n")
+        os.replace(hidden, path)
+    return rows[["city", "event_time", "temp"]]
+
+
+def pandas_late(runs: list[pd.DataFrame]) -> list[set[tuple[str, str]]]:
+    """Per run, the ``(city, landed event time)`` of its late rows (module docstring)."""
+    late, newest = [], None
+    for rows in runs:
+        at = pd.to_datetime(rows["event_time"], format="%Y-%m-%d %H:%M:%S", errors="coerce")
+        good = rows[at.notna()]
+        ms = at[at.notna()].astype("int64") // 10**6
+        watermark = (newest - DELAY_MS) if newest is not None else 0
+        ends = ms // WINDOW_MS * WINDOW_MS + WINDOW_MS
+        late.append({(c, t) for c, t in zip(good[ends <= watermark]["city"], good[ends <= watermark]["event_time"])})
+        if len(ms):
+            newest = max(newest or 0, int(ms.max()))
+    return late
+
+
+def launch(tmp: Path, run_tag: str, *declarations: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    command = [sys.executable, "-m", "watermark_ops.spark.launch", "--checkpoint", str(tmp / "ck" / "windows"),
+               "--run-tag", run_tag, "--window", "6 hours", *declarations, "--", str(JOB), str(tmp / "landing"),
+               str(tmp / "out"), str(tmp / "ck")]
+    return subprocess.run(command, env=env, cwd=tmp, capture_output=True, text=True, timeout=600)
+
+
+def late_by_run(checkpoint: str, tags: list[str]) -> list[set[tuple[str, str]]]:
+    """Per run tag, the ``(city, landed event time)`` of the ledger's late rows."""
+    ledger = late_ledger(checkpoint)
+    replays, _ = read_replay_log(checkpoint)
+    tag_of = {batch: record["run_tag"] for batch, record in replays.items()}
+    return [{(r.event["city"], r.event["landed_time"]) for r in ledger.late_rows if tag_of[r.batch_id] == tag}
+            for tag in tags]
+
+
+@pytest.fixture(scope="module")
+def classic(tmp_path_factory):
+    """Three daily runs under the launcher (a driver of its own each), then a day of garbage event times."""
+    tmp = tmp_path_factory.mktemp("twin")
+    runs, results = [], []
+    for number, day in enumerate(DAYS):
+        runs.append(land(day, tmp / "landing"))
+        results.append(launch(tmp, f"run-{number}", "--master", "local[2]"))
+    garbage = land("2010-01-05", tmp / "landing", garbage=True)
+    results.append(launch(tmp, "run-garbage", "--master", "local[2]"))
+    return tmp, runs, results, garbage
+
+
+def test_a_flat_script_gets_its_exact_late_rows_with_no_changed_line(classic):
+    tmp, runs, results, _ = classic
+    for done in results:
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    checkpoint = str(tmp / "ck" / "windows")
+    expected = pandas_late(runs)
+    assert all(expected[1:]) and not expected[0]  # the south city's readings are late from the second day on
+    assert late_by_run(checkpoint, ["run-0", "run-1", "run-2"]) == expected
+    ledger = late_ledger(checkpoint)
+    assert ledger.complete and {b.replayed_by for b in ledger.batches if b.files} == {"spark"}
+    replays, problems = read_replay_log(checkpoint)
+    assert problems == [] and {r["method"] for r in replays.values()} == {"twin"}
+    for batch in ledger.batches:  # every row once: aggregated, late or set aside; as many as Spark read
+        assert batch.rows_read == batch.spark_input_rows == (batch.rows_aggregated + batch.rows_late
+                                                             + sum(batch.rows_quarantined.values()))
+    # the twin wrote nothing: the job's own sinks hold what its two queries wrote, nothing else
+    assert not any(p.name.startswith("twin") for p in (tmp / "out").iterdir())
+    assert sorted(p.name for p in (tmp / "ck").iterdir() if p.is_dir()) == ["rejects", "windows"]
+
+
+def test_garbage_event_times_are_set_aside_with_the_jobs_own_reason(classic):
+    tmp, _, results, garbage = classic
+    checkpoint = str(tmp / "ck" / "windows")
+    replays, _ = read_replay_log(checkpoint)
+    (record,) = [r for r in replays.values() if r["run_tag"] == "run-garbage" and r["rows_read"]]
+    assert record["rows_read"] == len(garbage) and record["rows_aggregated"] == 0 and record["late_rows"] == []
+    assert record["rows_quarantined"] == {"unreadable_time": len(garbage)}
+    example = record["set_aside_examples"]["unreadable_time"]
+    assert Path(example["file"].removeprefix("file://")).name.startswith("temps_2010-01-05_")
+    assert example["event"]["reject_reason"] == "unreadable_time" and example["event"]["landed_time"].startswith("at ")
+
+
+def test_the_twin_runs_the_script_without_starting_or_writing_anything(spark, tmp_path):
+    from watermark_ops.spark.launch import _run_script
+    from watermark_ops.spark.twin import run_twin
+
+    rows = land("2010-01-02", tmp_path / "landing")
+    files = sorted(str(p) for p in (tmp_path / "landing").glob("*.json"))
+    args = [str(tmp_path / "landing"), str(tmp_path / "out"), str(tmp_path / "ck")]
+    twin = run_twin(lambda: _run_script(str(JOB), args, {}), lambda path: files)
+    assert not (tmp_path / "out").exists() and not (tmp_path / "ck").exists() and spark.streams.active == []
+    assert [(q.checkpoint, q.output_mode, q.format) for q in twin.queries] == [
+        (str(tmp_path / "ck" / "windows"), "append", "parquet"), (str(tmp_path / "ck" / "rejects"), "append", "json")]
+    ((entering, column, delay),) = twin.watermarks
+    assert (column, delay) == ("event_time", "1 hour") and entering.count() == len(rows)
+    # the query's own result, computed in batch: every window with every one of its rows
+    windows = twin.queries[0].frame.toPandas()
+    assert windows["readings"].sum() == len(rows) and set(windows["city"]) == {"seattle", "sf"}
+
+
+@pytest.mark.parametrize("script, reason", [
+    ("spark.readStream.format('rate').load().withWatermark('timestamp', '1 minute')"
+     ".writeStream.format('console').start()", "only file sources can be twinned"),
+    ("spark.range(3).write.mode('overwrite').parquet(OUT)\n"
+     "spark.readStream.schema('a INT').json(LANDING).writeStream.format('console').start()",
+     "writes a batch result"),
+])
+def test_a_job_that_cannot_be_twinned_says_why_in_one_line(spark, tmp_path, script, reason):
+    from watermark_ops.spark.launch import _run_script
+    from watermark_ops.spark.twin import CannotTwin, run_twin
+
+    (tmp_path / "landing").mkdir()
+    job = tmp_path / "job.py"
+    job.write_text("from pyspark.sql import SparkSession\nspark = SparkSession.builder.getOrCreate()\n"
+                   f"OUT, LANDING = {str(tmp_path / 'out')!r}, {str(tmp_path / 'landing')!r}\n" + script + "\n")
+    with pytest.raises(CannotTwin, match=reason) as raised:
+        run_twin(lambda: _run_script(str(job), [], {}), lambda path: [])
+    assert "\n" not in str(raised.value) and "declare pre_watermark" in str(raised.value)
+    assert not (tmp_path / "out").exists()
+
+
+def test_over_spark_connect_the_twin_gives_the_same_late_rows(connect_server, tmp_path):
+    runs = []
+    for number, day in enumerate(DAYS[:2]):
+        runs.append(land(day, tmp_path / "landing"))
+        done = launch(tmp_path, f"run-{number}", "--remote", connect_server.url)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    checkpoint = str(tmp_path / "ck" / "windows")
+    expected = pandas_late(runs)
+    assert expected[1] and late_by_run(checkpoint, ["run-0", "run-1"]) == expected
+    assert late_ledger(checkpoint).complete
