@@ -128,6 +128,14 @@ def test_a_flat_script_gets_its_exact_late_rows_with_no_changed_line(classic):
     # the twin wrote nothing: the job's own sinks hold what its two queries wrote, nothing else
     assert not any(p.name.startswith("twin") for p in (tmp / "out").iterdir())
     assert sorted(p.name for p in (tmp / "ck").iterdir() if p.is_dir()) == ["rejects", "windows"]
+    # each late row names its file and the line that landed it (found by content: the job's select drops positions)
+    for row in ledger.late_rows:
+        landed = json.loads(_line(row.source_file, row.line))
+        assert (landed["city"], landed["event_time"]) == (row.event["city"], row.event["landed_time"])
+
+
+def _line(uri: str, number: int) -> str:
+    return Path(uri.removeprefix("file://")).read_text().splitlines()[number - 1]
 
 
 def test_garbage_event_times_are_set_aside_with_the_jobs_own_reason(classic):
@@ -140,6 +148,7 @@ def test_garbage_event_times_are_set_aside_with_the_jobs_own_reason(classic):
     example = record["set_aside_examples"]["unreadable_time"]
     assert Path(example["file"].removeprefix("file://")).name.startswith("temps_2010-01-05_")
     assert example["event"]["reject_reason"] == "unreadable_time" and example["event"]["landed_time"].startswith("at ")
+    assert json.loads(_line(example["file"], example["line"]))["event_time"] == example["event"]["landed_time"]
 
 
 def test_the_twin_runs_the_script_without_starting_or_writing_anything(spark, tmp_path):

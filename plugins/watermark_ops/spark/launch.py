@@ -449,7 +449,7 @@ def _twin(args: argparse.Namespace, attachment, script: str, script_args: list[s
             raise CannotTwin(f"the job's batch twin started no query on {started.checkpoint}; declare pre_watermark "
                              "instead")
         made = twin_records(attachment.spark, plans, twin, main, column, args.reason_column, query_id=query_id,
-                            run_tag=args.run_tag)
+                            run_tag=args.run_tag, source=sources[0] if len(sources) == 1 else None)
     except CannotTwin as exc:
         log.warning("late rows unknown for batches %s: the job cannot be twinned: %s", batch_ids, exc)
         from watermark_ops.core.ledger.plan import tally

@@ -19,9 +19,11 @@ the watermark nor reach a reject query are ``filtered_by_job``. Each batch's row
 against Spark's own ``numInputRows``; a disagreement is a problem of the record (the ledger then
 calls the batch not replayed), never a silent number.
 
-A row's line in its file is not known here (the job's own projections drop every column the twin
-could add; only the hidden file column survives them): late rows and examples name their file and
-show the row as the job made it.
+A row's line in its file cannot travel through the job's own projections (they drop every column
+the twin could add; only the hidden file column survives them). For the rows shown (late rows and
+one example per reason), a local JSON-lines or CSV file is read in Python and the line is the one
+line whose landed values hold most of the row's values (:func:`locate_lines`); a row that matches
+no line, or several equally, has no line (None), never a guessed one.
 
 Needs pyspark (imported inside the functions).
 """
@@ -39,7 +41,7 @@ from watermark_ops.spark.twin import CannotTwin, Twin, TwinQuery
 
 log = logging.getLogger("watermark_ops.spark")
 
-__all__ = ["REASON_COLUMNS", "file_key", "twin_records"]
+__all__ = ["REASON_COLUMNS", "file_key", "locate_lines", "twin_records"]
 
 #: Column names that make another query of the job a reject query (after the declared reason column).
 REASON_COLUMNS = ("reason", "reject_reason", "rejection_reason", "quarantine_reason", "error")
@@ -52,6 +54,71 @@ def file_key(uri: str) -> str:
     """One spelling of a file's URI for matching the source log with ``_metadata.file_path``
     (``file:///a`` and ``file:/a`` → ``/a``; other URIs as they are, both sides URL-encoded alike)."""
     return _SCHEME.sub("/", str(uri))
+
+
+def _texts(value: Any) -> set[str]:
+    """The spellings a landed value may have for a row's value: its text, and a number's float text."""
+    if value is None or isinstance(value, (dict, list)):
+        return set()
+    text = str(value).strip()
+    found = {text} if text else set()
+    try:
+        found.add(repr(float(text)))
+    except ValueError:
+        pass
+    return found
+
+
+def locate_lines(uri: str, fmt: str, options: dict[str, Any], events: list[dict[str, Any]]) -> list[int | None]:
+    """The 1-based line of each row in a local JSON-lines or CSV file, by content (module docstring).
+
+    :param events: rows as the job made them (``{column: value}``).
+    :return: one line per event, None where no line or several lines match best, or the file is not
+        a local file of those formats.
+    """
+    from urllib.parse import unquote, urlsplit
+
+    parts = urlsplit(uri)
+    if parts.scheme not in ("", "file") or fmt not in ("json", "csv") or not events:
+        return [None] * len(events)
+    path = unquote(parts.path) if parts.scheme else uri
+    index: dict[str, set[int]] = {}
+    try:
+        with open(path, encoding="utf-8", errors="replace", newline="") as handle:
+            if fmt == "json":
+                for number, text in enumerate(handle, start=1):
+                    try:
+                        landed = json.loads(text)
+                    except ValueError:
+                        landed = {"_": text.strip()}
+                    for value in (landed.values() if isinstance(landed, dict) else [landed]):
+                        for spelling in _texts(value):
+                            index.setdefault(spelling, set()).add(number)
+            else:
+                import csv
+
+                header = str(options.get("header", "false")).lower() == "true"
+                for number, fields in enumerate(csv.reader(handle), start=1):
+                    if header and number == 1:
+                        continue
+                    for value in fields:
+                        for spelling in _texts(value):
+                            index.setdefault(spelling, set()).add(number)
+    except OSError:
+        return [None] * len(events)
+    lines: list[int | None] = []
+    for event in events:
+        hits: dict[int, int] = {}
+        for value in event.values():
+            matched: set[int] = set()
+            for spelling in _texts(value):
+                matched |= index.get(spelling, set())
+            for number in matched:
+                hits[number] = hits.get(number, 0) + 1
+        best = max(hits.values(), default=0)
+        top = [number for number, count in hits.items() if count == best]
+        lines.append(top[0] if best and len(top) == 1 else None)
+    return lines
 
 
 def _key_column():
@@ -86,14 +153,15 @@ def _reject_queries(twin: Twin, main: TwinQuery, reason_column: str | None) -> l
 
 
 def twin_records(spark: Any, plans: list[BatchPlan], twin: Twin, main: TwinQuery, watermark_column: str,
-                 reason_column: str | None = None, *, query_id: str | None = None,
-                 run_tag: str | None = None) -> list[dict[str, Any]]:
+                 reason_column: str | None = None, *, query_id: str | None = None, run_tag: str | None = None,
+                 source: Any = None) -> list[dict[str, Any]]:
     """The replay-log records of ``plans`` (the run's replayable batches, ascending) from the twin.
 
     :param twin: what the twin run captured. :param main: its query on the declared checkpoint.
     :param watermark_column: the column ``withWatermark`` is called on (a timestamp).
     :param reason_column: a column naming why a row is set aside (in the frame entering the
         watermark, or in a reject query), or None.
+    :param source: the stream's reader settings (format, options), for the lines of the rows shown.
     :return: one record per plan (:func:`watermark_ops.core.ledger.replayed.replay_record`, with
         ``"method": "twin"``).
     :raises CannotTwin: no ``withWatermark`` on ``watermark_column``, or its rows lost their file.
@@ -133,7 +201,7 @@ def twin_records(spark: Any, plans: list[BatchPlan], twin: Twin, main: TwinQuery
                          ).collect()
     read = _rows_read(twin, table)
     rejects = _rejects(twin, main, reason_column, table)
-    return [_record(plan, keyed, rows, read, rejects, query_id, run_tag) for plan in plans]
+    return [_record(plan, keyed, rows, read, rejects, query_id, run_tag, source) for plan in plans]
 
 
 def _rows_read(twin: Twin, table: Any) -> dict[str, int]:
@@ -171,9 +239,29 @@ def _rejects(twin: Twin, main: TwinQuery, reason_column: str | None, table: Any)
     return found
 
 
+def _located(made: list[ReplayRow], source: Any) -> list[ReplayRow]:
+    """``made`` with the line of each row that is shown (set aside, or late), found by content."""
+    from dataclasses import replace
+
+    if source is None:
+        return made
+    shown = [i for i, row in enumerate(made) if row.event is not None]
+    by_file: dict[str, list[int]] = {}
+    for i in shown:
+        by_file.setdefault(made[i].file, []).append(i)
+    located = list(made)
+    for uri, indexes in by_file.items():
+        lines = locate_lines(uri, source.format, source.options, [made[i].event for i in indexes])
+        for i, line in zip(indexes, lines):
+            located[i] = replace(made[i], line=line)
+    return located
+
+
 def _record(plan: BatchPlan, keyed: dict[str, tuple[BatchPlan, int, str]], rows: list[Any], read: dict[str, int],
-            rejects: dict[tuple[str, str], tuple[int, str]], query_id: str | None, run_tag: str | None) -> dict[str, Any]:
-    """One batch's replay record from the run's collected rows."""
+            rejects: dict[tuple[str, str], tuple[int, str]], query_id: str | None, run_tag: str | None,
+            source: Any = None) -> dict[str, Any]:
+    """One batch's replay record from the run's collected rows (``source``: the stream's reader
+    settings, :class:`watermark_ops.spark.attach.Source`, for the lines of the rows shown)."""
     mine = {k: v for k, v in keyed.items() if v[0] is plan}
     order = {k: v[1] for k, v in mine.items()}
     made: list[ReplayRow] = []
@@ -201,6 +289,7 @@ def _record(plan: BatchPlan, keyed: dict[str, tuple[BatchPlan, int, str]], rows:
         if reason not in counted:
             made.append(ReplayRow(mine[key][2], None, reason, None, json.loads(example) if example else None))
         counted[reason] = counted.get(reason, 0) + count
+    made = _located(made, source)
     rows_read = sum(read.get(k, 0) for k in mine)
     accounted = len(entering_us) + sum(counted.values())
     if accounted < rows_read:
