@@ -113,3 +113,26 @@ def build(root: Path, sources: list[str] | None = None, allow_multiple: str | No
     (folder / "2").write_text("v1\n" + entries[2])
     (root / "ck.progress.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     return checkpoint, landing
+
+
+#: A source whose rows the job parses with its own code, no pre-watermark function declared: only a
+#: Spark replay through a declared function could know its late rows, and none can run.
+OWN_PARSING = [{"event_time": "dep_time", "schema": {}, "required": {}, "parsing": "job", "format": "csv"}]
+
+
+def build_unknown(root: Path, run_tag: str = "day-1") -> tuple[Path, Path]:
+    """:func:`build`'s checkpoint, its three batches one run (``run_tag``) of a job attached with its
+    own parsing and no pre-watermark function: no replay record (``<checkpoint>.replay.jsonl``)
+    exists, so no batch can be replayed and the run's late rows are unknown. Spark's input rows are
+    recorded (2, 11, 3), as a real run records them.
+
+    :return: ``(checkpoint, landing)``.
+    """
+    checkpoint, landing = build(root)
+    log = root / "ck.progress.jsonl"
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    for record, rows in zip(records, (2, 11, 3)):
+        record.update(run_id="r", run_tag=run_tag, input_rows=rows,
+                      late_rule={**record["late_rule"], "inputs": OWN_PARSING})
+    log.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return checkpoint, landing

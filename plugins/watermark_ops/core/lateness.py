@@ -395,6 +395,9 @@ class LatenessReport:
     :ivar targets: the drop-rate targets of the advice.
     :ivar problems: progress-log lines that could not be read, each naming file and line, and why
         an input has no advice (in the job's terms).
+    :ivar late_rows_unknown_reason: why some runs' late rows are unknown (their batches the ledger
+        could not replay, each problem once with its batch range), None when every run's are known
+        or the ledger was not read.
     """
 
     checkpoint: str
@@ -403,16 +406,19 @@ class LatenessReport:
     inputs: tuple[LandedLateness, ...]
     targets: tuple[float, ...] = DEFAULT_TARGETS
     problems: tuple[str, ...] = ()
+    late_rows_unknown_reason: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready ``{"checkpoint", "progress_log", "runs": [RunDrops.to_dict()],
-        "inputs": [LandedLateness.summary()], "problems": [str]}`` (the DAG pushes it to XCom)."""
+        "inputs": [LandedLateness.summary()], "problems": [str], "late_rows_unknown_reason"}`` (the
+        DAG pushes it to XCom)."""
         return {
             "checkpoint": self.checkpoint,
             "progress_log": self.progress_log,
             "runs": [run.to_dict() for run in self.runs],
             "inputs": [item.summary(self.targets) for item in self.inputs],
             "problems": list(self.problems),
+            "late_rows_unknown_reason": self.late_rows_unknown_reason,
         }
 
 
@@ -468,9 +474,20 @@ def lateness_inputs(checkpoint: str, landings: Sequence[str], records: Sequence[
         field_name = event_time_field or _rule_fields(rule, 1)[0]
         replayed = replayed_lateness(checkpoint, field_name, landings[0] if landings else None, **where)
         if replayed is None:
-            problems.append(f"no delay-threshold advice yet for {checkpoint}: the job parses its own rows, and "
-                            f"the launcher's Spark replay has recorded none of their {field_name or 'event'} times "
-                            "(they are recorded after each run)")
+            declared = any(isinstance(i, dict) and i.get("pre_watermark") for i in rule.get("inputs") or [])
+            if not declared:  # nothing will ever replay them: waiting for the next run would not help
+                problems.append(f"no delay-threshold advice for {checkpoint}: the job parses its own rows with its "
+                                "own code and declares no pre-watermark function, so nothing replays them: their "
+                                f"{field_name or 'event'} times and its late rows are unknown; declare "
+                                "pre_watermark=\"module:function\" on the run pattern and the launcher replays "
+                                "each batch in Spark after the run")
+            else:
+                from watermark_ops.core.ledger.replayed import replay_log_path
+
+                problems.append(f"no delay-threshold advice yet for {checkpoint}: the job parses its own rows, and "
+                                f"the launcher's Spark replay has recorded none of their {field_name or 'event'} "
+                                f"times in {replay_log_path(checkpoint)} (it records them after each run of the "
+                                "launcher; a run whose replay failed says why in its log)")
             return [], problems
         return [replayed], problems
     fields = [event_time_field] * len(landings) if event_time_field else _rule_fields(rule, len(landings))
@@ -516,11 +533,22 @@ def lateness_report(checkpoint: str, landings: Iterable[str] = (), targets: Iter
     inputs, problems = lateness_inputs(checkpoint, list(landings), progress.records, event_time_field,
                                        arrival_field, **where)
     runs = drops_per_run(progress.records)
+    unknown = None
     if rows and runs:
         from watermark_ops.core.ledger.replay import late_ledger
 
+        from watermark_ops.core.ledger.unknown import unknown_reason
+
         ledger = late_ledger(checkpoint, **where)
-        runs = with_rows_late(runs, {b.batch_id: b.rows_late for b in ledger.batches if b.replayed})
+
+        def reason_of(missing: list[int]) -> str | None:  # a run's own batches, never the whole ledger's
+            sources = [s for s in ledger.not_replayable if set(s.get("batch_ids") or ()) & set(missing)]
+            return unknown_reason(missing, ledger.problems, sources, ledger.found)
+
+        replayed = {b.batch_id: b.rows_late for b in ledger.batches if b.replayed}
+        runs = with_rows_late(runs, replayed, reason_of)
+        missing = sorted({b for run in runs for b in run.batch_ids if b not in replayed})
+        unknown = reason_of(missing) if missing else None
     return LatenessReport(
         checkpoint=str(checkpoint),
         progress_log=log_path,
@@ -528,4 +556,5 @@ def lateness_report(checkpoint: str, landings: Iterable[str] = (), targets: Iter
         inputs=tuple(inputs),
         targets=tuple(targets),
         problems=tuple(progress.problems) + tuple(problems),
+        late_rows_unknown_reason=unknown,
     )

@@ -242,6 +242,7 @@ def _ledger_rows(late_sink: str, runs: list[dict[str, Any]], limit: int, problem
     import json
 
     from watermark_ops.core.checkpoint import filesystem_for, open_storage
+    from watermark_ops.core.ledger.unknown import batches_text
 
     shown = runs[-limit:] if limit > 0 else runs
     try:
@@ -281,6 +282,11 @@ def _ledger_rows(late_sink: str, runs: list[dict[str, Any]], limit: int, problem
                 problems.append(f"late-row sink file {file}: {bad} line(s) are not a JSON object (not counted)")
             total = (total or 0) + rows
         run["rows_late"] = total
+        if total is None:
+            run["late_rows_unknown_reason"] = (f"no batch=<N>.jsonl in the late-row sink {late_sink} for "
+                                               f"{batches_text(run['batch_ids'])}: the ledger did not replay them (or "
+                                               "they read no landed file)" if run["batch_ids"] else
+                                               f"the run executed no batch: nothing of it in the late-row sink {late_sink}")
     if paths and not found:
         problems.append(f"late-row sink {late_sink}: no batch=<N>.jsonl for the batches of the runs shown")
 
@@ -337,10 +343,14 @@ def checkpoint_detail(location: str, thresholds: Thresholds, *, name: str | None
     if late_sink:
         _ledger_rows(late_sink, runs, runs_limit, problems, filesystem, storage_options)
     elif runs:
-        _replayed_rows(location, checkpoint.query_id, runs, runs_limit, problems, filesystem, storage_options)
-    for run in runs:  # rows, from the ledger: never Spark's count of late partial aggregates
+        _replayed_rows(location, checkpoint.query_id, runs, runs_limit, problems, filesystem, storage_options,
+                       progress.records if progress is not None else ())
+    for run in runs:  # rows, from the ledger: never Spark's count of late partial aggregates; else unknown, never 0
         run["drop_rate"] = run["rows_late"] / run["input_rows"] if run["rows_late"] is not None and run["input_rows"] \
             else None
+        run["late_rows_known"] = run["rows_late"] is not None
+        if run["late_rows_known"]:
+            run["late_rows_unknown_reason"] = None
     regressed = {f.batch_id for f in report.findings if f.rule == "watermark_regressed" and f.batch_id is not None}
     advice_why: list[str] = []
     advice = _advice(location, list(landings), progress.records if progress is not None else [], advice_why,
@@ -406,11 +416,16 @@ def _advice(location: str, landings: list[str], records: list[dict[str, Any]], w
 
 
 def _replayed_rows(location: str, query_id: str | None, runs: list[dict[str, Any]], limit: int, problems: list[str],
-                   filesystem: Any = None, storage_options: dict[str, Any] | None = None) -> None:
+                   filesystem: Any = None, storage_options: dict[str, Any] | None = None,
+                   rules: Sequence[dict[str, Any]] = ()) -> None:
     """Set the newest ``limit`` runs' ``rows_late`` from the launcher's Spark replay records
     (``<checkpoint>.replay.jsonl``: the job's own parsing replayed after each run), summed over the
-    run's batches that have one; left None when none has, or when a record says it was not exact."""
-    from watermark_ops.core.ledger.replayed import read_replay_log
+    run's batches when every one has an exact record; else left None (unknown, never a part of the
+    run's rows), with ``late_rows_unknown_reason`` naming the batches and why (``rules``: the
+    progress records, whose newest late rule says whether the job declared a pre-watermark function)."""
+    from watermark_ops.core.lateness import newest_late_rule
+    from watermark_ops.core.ledger.replayed import read_replay_log, replay_log_path
+    from watermark_ops.core.ledger.unknown import batches_text
 
     try:
         records, bad = read_replay_log(location, query_id, filesystem=filesystem, storage_options=storage_options)
@@ -418,7 +433,26 @@ def _replayed_rows(location: str, query_id: str | None, runs: list[dict[str, Any
         problems.append(f"the Spark replay log of {location} cannot be read: {exc!r}")
         return
     problems.extend(bad)
-    for run in (runs[-limit:] if limit > 0 else runs) if records else ():
-        found = [records[b] for b in run["batch_ids"] if b in records]
-        if found and not any(r.get("problems") for r in found):
-            run["rows_late"] = sum(len(r["late_rows"]) for r in found)
+    rule = newest_late_rule(rules) or {}
+    undeclared = any(isinstance(i, dict) and i.get("parsing") == "job" and not i.get("pre_watermark")
+                     for i in rule.get("inputs") or [])
+    for run in (runs[-limit:] if limit > 0 else runs):
+        missing = [b for b in run["batch_ids"] if b not in records]
+        inexact = [b for b in run["batch_ids"] if b in records and records[b].get("problems")]
+        if not records and undeclared:  # nothing will ever replay it: say what to declare
+            run["late_rows_unknown_reason"] = (
+                "the job parses its own rows and declares no pre-watermark function, so nothing replays its "
+                f"batches (no Spark replay records in {replay_log_path(location)}): declare "
+                "pre_watermark=\"module:function\" on the run pattern")
+        elif not records:  # the same words for every run: the page says them once
+            run["late_rows_unknown_reason"] = (f"no late-row sink is known for this checkpoint and it has no Spark "
+                                               f"replay records ({replay_log_path(location)})")
+        elif not missing and not inexact:  # every batch of the run replayed exactly: the run's figure
+            run["rows_late"] = sum(len(records[b]["late_rows"]) for b in run["batch_ids"])
+        elif missing:
+            run["late_rows_unknown_reason"] = (f"{batches_text(missing)}: no Spark replay record in "
+                                               f"{replay_log_path(location)} and no late-row sink is known for this "
+                                               "checkpoint")
+        else:
+            run["late_rows_unknown_reason"] = (f"the Spark replay of {batches_text(inexact)} was not exact: "
+                                               f"{'; '.join(records[inexact[0]]['problems'])}")

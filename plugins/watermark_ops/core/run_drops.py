@@ -14,7 +14,7 @@ Pure core; :mod:`watermark_ops.core.lateness` re-exports these names.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 __all__ = ["RunDrops", "drops_per_run", "with_rows_late"]
 
@@ -37,8 +37,11 @@ class RunDrops:
         None when no record of the run has a ``late_rule`` (a query without a watermark).
     :ivar late_watermark_assumed: True when a record named neither ``spark_version`` nor
         ``allowMultiple`` and Spark >= 3.4's default was assumed for it.
-    :ivar rows_late: the rows the late-row ledger found late in the run's batches, None unless
-        every batch of the run was replayed (:func:`with_rows_late`).
+    :ivar rows_late: the rows the late-row ledger found late in the run's batches, None (unknown,
+        never 0) unless every batch of the run was replayed (:func:`with_rows_late`); 0 for a run
+        that executed no batch.
+    :ivar late_rows_unknown_reason: why :attr:`rows_late` is unknown (the batches not replayed and
+        why), None when it is known or the ledger was not read.
     """
 
     query_id: str | None
@@ -51,6 +54,7 @@ class RunDrops:
     late_watermark: str | None = None
     late_watermark_assumed: bool = False
     rows_late: int | None = None
+    late_rows_unknown_reason: str | None = None
 
     @property
     def drop_rate(self) -> float | None:
@@ -59,24 +63,38 @@ class RunDrops:
         return self.rows_late / self.input_rows if self.rows_late is not None and self.input_rows else None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: every field plus ``drop_rate``."""
+        """JSON-ready: every field plus ``drop_rate`` and ``late_rows_known`` (``rows_late`` is not None)."""
+        known = self.rows_late is not None
         return {
             "query_id": self.query_id, "run_id": self.run_id, "run_tag": self.run_tag,
             "batch_ids": list(self.batch_ids), "started_ms": self.started_ms,
             "input_rows": self.input_rows, "rows_late": self.rows_late, "drop_rate": self.drop_rate,
+            "late_rows_known": known,
+            "late_rows_unknown_reason": None if known else (self.late_rows_unknown_reason
+                                                            or "the late-row ledger was not read"),
             "late_partial_aggregates_spark": self.late_partial_aggregates_spark,
             "late_watermark": self.late_watermark, "late_watermark_assumed": self.late_watermark_assumed,
         }
 
 
-def with_rows_late(runs: Iterable[RunDrops], rows_late_by_batch: dict[int, int]) -> list[RunDrops]:
+def with_rows_late(runs: Iterable[RunDrops], rows_late_by_batch: dict[int, int],
+                   reason_of: Callable[[list[int]], str | None] | None = None) -> list[RunDrops]:
     """The runs with :attr:`RunDrops.rows_late` set from the ledger's rows late per batch id (the
-    batches it replayed): the sum over a run's batches when the ledger holds every one of them,
-    else None (a part of the run's rows is not a run's figure)."""
+    batches it replayed): the sum over a run's batches when the ledger holds every one of them
+    (0 for a run that executed no batch), else None, unknown (a part of the run's rows is not a
+    run's figure), with :attr:`RunDrops.late_rows_unknown_reason` from ``reason_of(batch ids not
+    replayed)`` (default: those batches named)."""
+    from watermark_ops.core.ledger.unknown import batches_text
+
     out = []
     for run in runs:
-        known = run.batch_ids and all(b in rows_late_by_batch for b in run.batch_ids)
-        out.append(replace(run, rows_late=sum(rows_late_by_batch[b] for b in run.batch_ids) if known else None))
+        missing = [b for b in run.batch_ids if b not in rows_late_by_batch]
+        if not missing:
+            out.append(replace(run, rows_late=sum(rows_late_by_batch[b] for b in run.batch_ids),
+                               late_rows_unknown_reason=None))
+            continue
+        why = (reason_of(missing) if reason_of else None) or f"{batches_text(missing)} not replayed"
+        out.append(replace(run, rows_late=None, late_rows_unknown_reason=why))
     return out
 
 

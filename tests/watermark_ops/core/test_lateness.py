@@ -86,10 +86,13 @@ def test_drops_per_run_groups_batches_by_run():
     # No ledger, no rate: Spark's 8 late partial aggregates are not 8 rows.
     assert [r.drop_rate for r in runs] == [None, None, None]
     assert runs[1].started_ms == 2000
-    # The ledger's rows make the rate, only for a run whose every batch it replayed.
+    # The ledger's rows make the rate, only for a run whose every batch it replayed (a run that
+    # executed no batch dropped none: 0, known; it read nothing, so no rate).
     runs = with_rows_late(runs, {0: 0, 1: 0, 2: 10, 3: 2})
-    assert [(r.rows_late, r.drop_rate) for r in runs] == [(0, 0.0), (12, 0.03), (None, None)]
-    assert [r.rows_late for r in with_rows_late(runs, {2: 10})] == [None, None, None]
+    assert [(r.rows_late, r.drop_rate) for r in runs] == [(0, 0.0), (12, 0.03), (0, None)]
+    partial = with_rows_late(runs, {2: 10})  # else unknown, never a part of the run's rows, and why
+    assert [r.rows_late for r in partial] == [None, None, 0]
+    assert [r.late_rows_unknown_reason for r in partial] == ["batches 0-1 not replayed", "batch 3 not replayed", None]
     document = json.loads(json.dumps(runs[1].to_dict()))
     assert (document["drop_rate"], document["rows_late"], document["late_partial_aggregates_spark"]) == (0.03, 12, 8)
 

@@ -15,7 +15,9 @@ checkpoint and the landing folder keep, without touching the job's plan. One con
 * :mod:`~watermark_ops.core.ledger.replay`: :func:`late_ledger`, a checkpoint's ledger;
 * :mod:`~watermark_ops.core.ledger.model`: the values (:class:`LateRow`, :class:`BatchLedger`, :class:`LateLedger`);
 * :mod:`~watermark_ops.core.ledger.sink`: the late-row sink, one run's balance (:func:`reconcile_run`)
-  and its quarantine check.
+  and its check (:func:`judge_run`: quarantine, late rows unknown);
+* :mod:`~watermark_ops.core.ledger.unknown`: when the late rows cannot be known (a batch not
+  replayed: every face says *unknown*, never 0), and each repeated problem once with its batch range.
 
 All instants are epoch milliseconds UTC. Pure core: no Airflow, no Spark.
 """
@@ -46,17 +48,21 @@ from watermark_ops.core.ledger.rule import (
 )
 from watermark_ops.core.ledger.sink import (
     DEFAULT_MAX_QUARANTINE_RATE,
+    judge_run,
     quarantine_check,
     reconcile_run,
+    unknown_late_warning,
     with_ledger_rows,
     write_late_rows,
 )
+from watermark_ops.core.ledger.unknown import UNKNOWN, group_problems, id_ranges, problem_lines
 
 __all__ = [
     "ALLOW_MULTIPLE_CONF",
     "DEFAULT_MAX_QUARANTINE_RATE",
     "FILTERED_BY_JOB",
     "TICK_PREFIX",
+    "UNKNOWN",
     "BatchLedger",
     "BatchPlan",
     "InputProfile",
@@ -67,11 +73,15 @@ __all__ = [
     "LedgerError",
     "ReplayRow",
     "classify_line",
+    "group_problems",
+    "id_ranges",
     "interval_ms",
+    "judge_run",
     "late_ledger",
     "late_rule",
     "late_watermark_rule",
     "plan_batch",
+    "problem_lines",
     "quarantine_check",
     "read_replay_log",
     "reconcile_run",
@@ -80,6 +90,7 @@ __all__ = [
     "replayed_lateness",
     "schema_kinds",
     "tally",
+    "unknown_late_warning",
     "with_ledger_rows",
     "write_late_rows",
 ]

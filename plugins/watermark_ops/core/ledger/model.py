@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from watermark_ops.core.ledger.rule import LateRule, LateWatermarkRule
+from watermark_ops.core.ledger.unknown import group_problems, unknown_reason
 from watermark_ops.core.log_formats import ReadProblem
 from watermark_ops.core.partition_skew import PartitionSkew
 from watermark_ops.core.times import iso_utc
@@ -141,13 +142,15 @@ class BatchLedger:
         "rule", "partition_column", "behind_leader_before_ms": {partition: ms} | None, "late_watermark_ms",
         "late_watermark" (ISO), "late_watermark_rule": LateWatermarkRule.to_dict() | None, "replayed_by",
         "set_aside_examples"}`` (``partition_column``
-        and ``behind_leader_before_ms`` from :attr:`skew_before`)."""
+        and ``behind_leader_before_ms`` from :attr:`skew_before`); ``rows_read``, ``rows_aggregated``
+        and ``rows_late`` are None for a batch not replayed (unknown, never 0)."""
+        known = self.replayed
         return {
             "batch_id": self.batch_id, "replayed": self.replayed,
             "watermark_ms": self.watermark_ms, "watermark": iso_utc(self.watermark_ms),
             "timestamp_ms": self.timestamp_ms, "files": list(self.files), "log_offsets": self.log_offsets,
-            "rows_read": self.rows_read, "rows_quarantined": dict(self.rows_quarantined),
-            "rows_aggregated": self.rows_aggregated, "rows_late": self.rows_late,
+            "rows_read": self.rows_read if known else None, "rows_quarantined": dict(self.rows_quarantined),
+            "rows_aggregated": self.rows_aggregated if known else None, "rows_late": self.rows_late if known else None,
             "late_by_partition": self.late_by_partition(),
             "worst_late_by_ms": max((r.late_by_ms for r in self.late_rows), default=None),
             "spark_input_rows": self.spark_input_rows, "late_partial_aggregates_spark": self.spark_rows_dropped,
@@ -193,16 +196,35 @@ class LateLedger:
         return self.found and all(b.replayed for b in self.batches) and not self.not_replayable
 
     @property
+    def unreplayed_batch_ids(self) -> list[int]:
+        """The batches asked for that were not replayed (their late rows are unknown), ascending."""
+        return [b.batch_id for b in self.batches if not b.replayed]
+
+    @property
+    def late_rows_unknown_reason(self) -> str | None:
+        """Why the late rows of these batches cannot be known (not :attr:`complete`), None when they
+        can: the batches not replayed and their problems, each kind once with its batch range
+        (:func:`~watermark_ops.core.ledger.unknown.unknown_reason`)."""
+        if self.complete:
+            return None
+        return unknown_reason(self.unreplayed_batch_ids, self.problems, self.not_replayable, self.found) or \
+            "the ledger is not complete (see the problems)"
+
+    @property
     def late_rows(self) -> list[LateRow]:
         """Every late row, in batch order."""
         return [row for batch in self.batches for row in batch.late_rows]
 
     def totals(self) -> dict[str, Any]:
-        """Over the replayed batches: ``{"rows_read", "rows_aggregated", "rows_late",
+        """Over the replayed batches: ``{"late_rows_known": bool (:attr:`complete`), "rows_read",
+        "rows_aggregated", "rows_late" (both None unless every batch was replayed: a part of the
+        batches' rows is not the ledger's figure), "replayed_batch_ids", "rows_late_replayed",
+        "rows_aggregated_replayed" (the replayed batches' own, named as such),
         "rows_quarantined", "quarantined_by_reason", "late_by_batch": {id: rows},
         "late_by_partition": {value of the job's partition column: rows},
-        "late_partial_aggregates_spark" (Spark's count), "set_aside_examples": {reason: the first
-        row set aside for it, ``{"batch_id", "file", "line", "event"}``}}``."""
+        "late_partial_aggregates_spark" (Spark's count, over every batch: known without a replay),
+        "set_aside_examples": {reason: the first row set aside for it, ``{"batch_id", "file", "line",
+        "event"}``}}``."""
         replayed = [b for b in self.batches if b.replayed]
         by_reason: dict[str, int] = {}
         by_partition: dict[str, int] = {}
@@ -214,26 +236,36 @@ class LateLedger:
                 by_reason[reason] = by_reason.get(reason, 0) + rows
             for name, rows in batch.late_by_partition().items():
                 by_partition[name] = by_partition.get(name, 0) + rows
+        known = self.complete
         return {
+            "late_rows_known": known,
             "rows_read": sum(b.rows_read for b in replayed),
-            "rows_aggregated": sum(b.rows_aggregated for b in replayed),
-            "rows_late": sum(b.rows_late for b in replayed),
+            "rows_aggregated": sum(b.rows_aggregated for b in replayed) if known else None,
+            "rows_late": sum(b.rows_late for b in replayed) if known else None,
+            "replayed_batch_ids": [b.batch_id for b in replayed],  # what the two figures below are over
+            "rows_late_replayed": sum(b.rows_late for b in replayed),
+            "rows_aggregated_replayed": sum(b.rows_aggregated for b in replayed),
             "rows_quarantined": sum(by_reason.values()),
             "quarantined_by_reason": by_reason,
             "late_by_batch": {str(b.batch_id): b.rows_late for b in replayed},
             "late_by_partition": dict(sorted(by_partition.items(), key=lambda item: (-item[1], item[0]))),
-            "late_partial_aggregates_spark": sum(b.spark_rows_dropped or 0 for b in replayed),
+            "late_partial_aggregates_spark": sum(b.spark_rows_dropped or 0 for b in self.batches),  # Spark's: known
             "set_aside_examples": examples,
         }
 
     def to_dict(self, rows: bool = False) -> dict[str, Any]:
-        """JSON-ready: ``{"checkpoint", "query_id", "complete", "totals", "batches": [summary],
-        "problems": [ReadProblem.to_dict()], "not_replayable", "partition_skew"}``, plus
-        ``"late_rows"`` when ``rows``."""
+        """JSON-ready: ``{"checkpoint", "query_id", "complete", "late_rows_known" (= complete),
+        "late_rows_unknown_reason": str | None, "batches_not_replayed": [id], "totals", "batches":
+        [summary], "problems": [ReadProblem.to_dict()], "problem_groups": each repeated problem once
+        with its batch range (:func:`~watermark_ops.core.ledger.unknown.group_problems`),
+        "not_replayable", "partition_skew"}``, plus ``"late_rows"`` when ``rows``."""
         document = {
             "checkpoint": self.checkpoint, "query_id": self.query_id, "complete": self.complete,
+            "late_rows_known": self.complete, "late_rows_unknown_reason": self.late_rows_unknown_reason,
+            "batches_not_replayed": self.unreplayed_batch_ids,
             "totals": self.totals(), "batches": [b.summary() for b in self.batches],
-            "problems": [p.to_dict() for p in self.problems], "not_replayable": list(self.not_replayable),
+            "problems": [p.to_dict() for p in self.problems], "problem_groups": group_problems(self.problems),
+            "not_replayable": list(self.not_replayable),
             "partition_skew": self.partition_skew.to_dict() if self.partition_skew else None,
         }
         if rows:

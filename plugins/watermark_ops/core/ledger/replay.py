@@ -77,6 +77,8 @@ def _python_replay(plan: BatchPlan, landed: _LandedFiles, problems: list[ReadPro
                 "pre-watermark function, declared on the run pattern)", plan.batch_id))
             return plan.unreplayed()
         why = profile.python_replay_problem()
+        if why is not None and profile.parsing == "job" and profile.pre_watermark:
+            why += "; the replay log (<checkpoint>.replay.jsonl) holds no record of this batch"
         if why is not None:
             problems.append(ReadProblem("not_exact", uri, f"cannot be exact in Python: {why}", plan.batch_id))
             return plan.unreplayed()

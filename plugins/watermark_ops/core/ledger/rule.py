@@ -197,11 +197,14 @@ class InputProfile:
         """Why the pure-Python replay cannot be exact for this source, None when it can (JSON lines
         classified by the package, with the schema recorded)."""
         if self.parsing == "job":
-            how = (f"its pre-watermark function {self.pre_watermark}" if self.pre_watermark
-                   else "its own code (no pre-watermark function declared)")
-            return (f"the job parses its {self.format} input with {how}, which only Spark can replay: the launcher "
-                    "(watermark_ops.spark.launch, pre_watermark declared on the run pattern) replays each batch in "
-                    "Spark after the run")
+            if not self.pre_watermark:  # nothing can replay it: say what to declare
+                return (f"the job parses its {self.format} input with its own code and declares no pre-watermark "
+                        "function, so no replay can know its late rows; declare pre_watermark=\"module:function\" "
+                        "on the run pattern (the function from the raw rows to the rows that enter withWatermark) "
+                        "and the launcher replays each batch in Spark after the run")
+            return (f"the job parses its {self.format} input with its pre-watermark function {self.pre_watermark}, "
+                    "which only Spark can replay: the launcher (watermark_ops.spark.launch, pre_watermark declared "
+                    "on the run pattern) replays each batch in Spark after the run")
         if self.format != "json":
             return f"the Python replay reads JSON lines only; this source is {self.format}"
         return None

@@ -6,7 +6,9 @@
   ``numRowsDroppedByWatermark`` is kept apart and named for what it is: late partial aggregates);
 * :func:`with_ledger_rows`: a run's progress report with its figures in rows, from the ledger;
 * :func:`quarantine_check`: a run that sets aside most of its rows, or aggregates none of them, is a
-  failed run: the check names the top reason and one example record (file, line).
+  failed run: the check names the top reason and one example record (file, line);
+* :func:`judge_run`: the run pattern's ``check_run``: the quarantine check, and a run whose late rows
+  cannot be known (a batch not replayed) warned about, or failed with ``fail_on_unknown_late``.
 
 Pure core: plain data in, plain data out.
 """
@@ -22,9 +24,11 @@ from watermark_ops.core.checkpoint import filesystem_for
 from watermark_ops.core.ledger.model import LateLedger
 from watermark_ops.core.ledger.replay import late_ledger
 from watermark_ops.core.ledger.rule import LedgerError
+from watermark_ops.core.ledger.unknown import problem_lines
 from watermark_ops.core.progress import run_report
 
-__all__ = ["DEFAULT_MAX_QUARANTINE_RATE", "quarantine_check", "reconcile_run", "with_ledger_rows", "write_late_rows"]
+__all__ = ["DEFAULT_MAX_QUARANTINE_RATE", "judge_run", "quarantine_check", "reconcile_run", "unknown_late_warning",
+           "with_ledger_rows", "write_late_rows"]
 
 #: The share of a run's input rows that may be set aside before the run fails its check.
 DEFAULT_MAX_QUARANTINE_RATE = 0.5
@@ -88,6 +92,12 @@ def reconcile_run(checkpoint: str, run_tag: str, quarantine_checkpoint: str | No
     else the ledger's own count of the rows the job set aside (the Spark replay of a job's own
     parsing). ``quarantine_source`` says which.
 
+    When a batch of the run was not replayed (the ledger is not ``complete``: e.g. a job whose
+    parsing is its own and that declares no pre-watermark function has no Spark replay records), the
+    run's late rows are unknown: ``rows_late``, ``rows_aggregated``, ``drop_rate``,
+    ``late_by_partition`` and ``worst_late_by_ms`` are None, never 0, ``late_rows_known`` is false
+    and ``late_rows_unknown_reason`` says which batches and why.
+
     :param sink: when given, the late rows are written there (:func:`write_late_rows`).
     :param filesystem: / storage_options: how to reach the checkpoint, its logs and landed files.
     :return: ``{"run_tag", "batch_ids", "rows_in", "rows_aggregated", "rows_late", "rows_quarantined",
@@ -95,14 +105,16 @@ def reconcile_run(checkpoint: str, run_tag: str, quarantine_checkpoint: str | No
         "set_aside_examples", "balanced": bool, "drop_rate" (rows late / rows in, None without a
         complete ledger), "late_partial_aggregates_spark" (Spark's numRowsDroppedByWatermark),
         "late_by_batch", "late_by_partition" (by the job's partition column), "worst_late_by_ms", "replayed_by",
-        "ledger_rows_read", "ledger_quarantined", "complete", "problems": [str], "not_replayable",
-        "sink_files": [str]}``.
+        "ledger_rows_read", "ledger_quarantined", "complete", "late_rows_known" (= complete),
+        "late_rows_unknown_reason": str | None, "batches_not_replayed": [id], "problems": [str] (a
+        problem repeated per batch once, with its batch range), "not_replayable", "sink_files": [str]}``.
     :raises OSError: when a progress log or the sink cannot be read or written.
     """
     report = run_report(checkpoint, run_tag, quarantine_checkpoint, filesystem=filesystem,
                         storage_options=storage_options)
     ledger = late_ledger(checkpoint, report["batch_ids"], filesystem=filesystem, storage_options=storage_options)
     totals = ledger.totals()
+    known = totals["late_rows_known"]
     rows_in = report["input_rows"]
     if report["quarantined_by_reason"]:  # the job's quarantine query counts its rows (observed metrics)
         quarantined, by_reason, source = report["quarantined_rows"], report["quarantined_by_reason"], "quarantine_query"
@@ -119,18 +131,20 @@ def reconcile_run(checkpoint: str, run_tag: str, quarantine_checkpoint: str | No
         "quarantine_source": source,
         "quarantine_rate": quarantined / rows_in if rows_in else None,
         "set_aside_examples": totals["set_aside_examples"],
-        "balanced": ledger.complete and rows_in == totals["rows_aggregated"] + totals["rows_late"] + quarantined,
-        "drop_rate": totals["rows_late"] / rows_in if (rows_in and ledger.complete) else None,
+        "balanced": known and rows_in == totals["rows_aggregated"] + totals["rows_late"] + quarantined,
+        "drop_rate": totals["rows_late"] / rows_in if (rows_in and known) else None,
         "late_partial_aggregates_spark": report["late_partial_aggregates_spark"],
         "late_by_batch": totals["late_by_batch"],
-        "late_by_partition": totals["late_by_partition"],
-        "worst_late_by_ms": max((r.late_by_ms for r in ledger.late_rows), default=None),
+        "late_by_partition": totals["late_by_partition"] if known else None,
+        "worst_late_by_ms": max((r.late_by_ms for r in ledger.late_rows), default=None) if known else None,
         "replayed_by": sorted({b.replayed_by for b in ledger.batches if b.replayed_by and b.files}),
         "ledger_rows_read": totals["rows_read"],
         "ledger_quarantined": totals["rows_quarantined"],
         "complete": ledger.complete,
-        "problems": list(dict.fromkeys([f"{p.file}: {p.message}" for p in ledger.problems]
-                                       + report["progress_log_problems"])),
+        "late_rows_known": known,
+        "late_rows_unknown_reason": ledger.late_rows_unknown_reason,
+        "batches_not_replayed": ledger.unreplayed_batch_ids,
+        "problems": list(dict.fromkeys(problem_lines(ledger.problems) + report["progress_log_problems"])),
         "not_replayable": list(ledger.not_replayable),
         "sink_files": write_late_rows(ledger, sink, filesystem=filesystem_for(sink, filesystem),
                                       storage_options=storage_options) if sink else [],
@@ -142,7 +156,9 @@ def with_ledger_rows(report: dict[str, Any], ledger: LateLedger | None) -> dict[
     rows, from the late-row ledger of its batches (what the run pattern's ``collect_progress`` pushes).
 
     Adds ``rows_late`` and ``drop_rate`` (rows late / input rows), None unless the ledger replayed
-    every batch (``complete``); Spark's count stays apart as ``late_partial_aggregates_spark``. When
+    every batch (``complete``), with ``late_rows_known`` and ``late_rows_unknown_reason`` saying so
+    (a run that ran no batch, ``ledger`` None, knows it dropped none: 0); Spark's count stays apart
+    as ``late_partial_aggregates_spark``. When
     the job has no quarantine query of the package's (``quarantined_by_reason`` empty) and the ledger
     is complete, the rows it set aside are the ledger's, by the job's own reasons
     (``quarantine_source`` ``"ledger"``; else ``"quarantine_query"``, or None when neither counted).
@@ -151,8 +167,14 @@ def with_ledger_rows(report: dict[str, Any], ledger: LateLedger | None) -> dict[
     """
     exact = ledger is not None and ledger.complete
     totals = ledger.totals() if exact else None
-    report["rows_late"] = totals["rows_late"] if totals else None
-    report["drop_rate"] = totals["rows_late"] / report["input_rows"] if totals and report["input_rows"] else None
+    if ledger is None and not report.get("batch_ids"):  # no batch ran: nothing was dropped
+        report.update(rows_late=0, drop_rate=None, late_rows_known=True, late_rows_unknown_reason=None)
+    else:
+        report["rows_late"] = totals["rows_late"] if totals else None
+        report["drop_rate"] = totals["rows_late"] / report["input_rows"] if totals and report["input_rows"] else None
+        report["late_rows_known"] = exact
+        report["late_rows_unknown_reason"] = (None if exact else ledger.late_rows_unknown_reason if ledger
+                                              else "the late-row ledger was not read")
     if report.get("quarantined_by_reason"):
         report["quarantine_source"] = "quarantine_query"
     elif totals:
@@ -199,3 +221,55 @@ def quarantine_check(run: dict[str, Any], max_quarantine_rate: float = DEFAULT_M
             line = f" line {example['line']}" if example.get("line") is not None else ""
             message += f"; e.g. {example.get('file')}{line}: {json.dumps(example.get('event'), default=str)[:300]}"
     return message
+
+
+def unknown_late_warning(run: dict[str, Any]) -> str | None:
+    """The warning for a run whose late rows cannot be known, None when they are known.
+
+    :param run: :func:`reconcile_run`'s result (a result without ``late_rows_known`` follows ``complete``).
+    :return: ``"run <tag>: late rows unknown: batches 3-5 not replayed: <why>"``, or None.
+    """
+    if run.get("late_rows_known", run.get("complete", True)):
+        return None
+    reason = run.get("late_rows_unknown_reason") or "the late-row ledger is not complete"
+    return f"run {run.get('run_tag')}: late rows unknown: {reason}"
+
+
+def judge_run(run: dict[str, Any], max_quarantine_rate: float = DEFAULT_MAX_QUARANTINE_RATE,
+              fail_on_unknown_late: bool = False) -> dict[str, Any]:
+    """The run pattern's ``check_run`` judgement of one run: its quarantine check
+    (:func:`quarantine_check`) and whether its late rows are known.
+
+    A run whose late rows cannot be known (a batch not replayed: :func:`unknown_late_warning`) is
+    never green silently: it is a warning, and a failure with ``fail_on_unknown_late``.
+
+    :param run: :func:`reconcile_run`'s result.
+    :param max_quarantine_rate: the share (0..1) of input rows that may be set aside.
+    :param fail_on_unknown_late: fail a run whose late rows are unknown (default: warn only).
+    :return: ``{"rows_in", "rows_quarantined", "quarantine_rate", "max_quarantine_rate", "rows_late"
+        (None when unknown), "late_rows_known": bool, "late_rows_unknown_reason": str | None,
+        "fail_on_unknown_late", "warnings": [str], "failure": str | None}``: ``failure`` names why
+        the run failed (the quarantine check's message, the unknown late rows, or both).
+    :raises ValueError: for a rate outside 0..1.
+    """
+    failures = []
+    problem = quarantine_check(run, max_quarantine_rate)
+    if problem:
+        failures.append(problem)
+    unknown = unknown_late_warning(run)
+    warnings = []
+    if unknown:
+        if fail_on_unknown_late:
+            failures.append(f"{unknown} (fail_on_unknown_late=True)")
+        else:
+            warnings.append(f"{unknown} (not failed: fail_on_unknown_late=True fails such a run)")
+    known = unknown is None
+    return {
+        "rows_in": run.get("rows_in"), "rows_quarantined": run.get("rows_quarantined"),
+        "quarantine_rate": run.get("quarantine_rate"), "max_quarantine_rate": max_quarantine_rate,
+        "rows_late": run.get("rows_late") if known else None, "late_rows_known": known,
+        "late_rows_unknown_reason": None if known else (run.get("late_rows_unknown_reason")
+                                                        or "the late-row ledger is not complete"),
+        "fail_on_unknown_late": fail_on_unknown_late, "warnings": warnings,
+        "failure": "; ".join(failures) or None,
+    }
