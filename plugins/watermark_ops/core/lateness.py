@@ -475,12 +475,15 @@ def lateness_inputs(checkpoint: str, landings: Sequence[str], records: Sequence[
         replayed = replayed_lateness(checkpoint, field_name, landings[0] if landings else None, **where)
         if replayed is None:
             declared = any(isinstance(i, dict) and i.get("pre_watermark") for i in rule.get("inputs") or [])
-            if not declared:  # nothing will ever replay them: waiting for the next run would not help
+            if not declared:  # only the launcher's batch twin could replay them, and it recorded nothing
+                from watermark_ops.core.ledger.replayed import replay_log_path
+
                 problems.append(f"no delay-threshold advice for {checkpoint}: the job parses its own rows with its "
-                                "own code and declares no pre-watermark function, so nothing replays them: their "
-                                f"{field_name or 'event'} times and its late rows are unknown; declare "
-                                "pre_watermark=\"module:function\" on the run pattern and the launcher replays "
-                                "each batch in Spark after the run")
+                                "own code and declares no pre-watermark function, and no Spark replay has recorded "
+                                f"their {field_name or 'event'} times in {replay_log_path(checkpoint)} (the "
+                                "launcher's batch twin says in its log why it made none): they and its late rows "
+                                "are unknown; declare pre_watermark=\"module:function\" on the run pattern and the "
+                                "launcher replays each batch in Spark after the run")
             else:
                 from watermark_ops.core.ledger.replayed import replay_log_path
 

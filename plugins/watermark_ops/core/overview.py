@@ -439,11 +439,11 @@ def _replayed_rows(location: str, query_id: str | None, runs: list[dict[str, Any
     for run in (runs[-limit:] if limit > 0 else runs):
         missing = [b for b in run["batch_ids"] if b not in records]
         inexact = [b for b in run["batch_ids"] if b in records and records[b].get("problems")]
-        if not records and undeclared:  # nothing will ever replay it: say what to declare
+        if not records and undeclared:  # only the launcher's batch twin could replay it: say what to declare
             run["late_rows_unknown_reason"] = (
-                "the job parses its own rows and declares no pre-watermark function, so nothing replays its "
-                f"batches (no Spark replay records in {replay_log_path(location)}): declare "
-                "pre_watermark=\"module:function\" on the run pattern")
+                "the job parses its own rows and declares no pre-watermark function, and no Spark replay records "
+                f"exist ({replay_log_path(location)}; the launcher's batch twin says in its log why it made none): "
+                "declare pre_watermark=\"module:function\" on the run pattern")
         elif not records:  # the same words for every run: the page says them once
             run["late_rows_unknown_reason"] = (f"no late-row sink is known for this checkpoint and it has no Spark "
                                                f"replay records ({replay_log_path(location)})")

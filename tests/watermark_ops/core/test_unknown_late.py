@@ -56,6 +56,21 @@ def test_a_problem_repeated_per_batch_is_one_group_with_its_batch_range(unknown)
     assert group["files"][0].endswith("flights_0.jsonl") and len(group["files"]) == 3
 
 
+def test_replay_records_that_say_why_they_are_not_exact_are_one_problem(unknown, tmp_path):
+    """The launcher writes a record per batch saying why it could not replay it (a job that cannot
+    be twinned): the run's late rows are unknown, and the reason is said once for all its batches."""
+    records = [{"query_id": "5d9a862d-0000-4000-8000-000000000001", "batch_id": k, "replayed_by": "spark",
+                "files": [f"file://{tmp_path}/landing/flights_{k}.jsonl"], "rows_read": 0, "late_rows": [],
+                "problems": ["not twinned: the job called no withWatermark during the run"]} for k in range(3)]
+    (tmp_path / "ck.replay.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    run = reconcile_run(unknown, "day-1")
+    assert run["rows_late"] is None and run["late_rows_known"] is False
+    assert run["late_rows_unknown_reason"] == ("batches 0-2 not replayed: the Spark replay was not exact: "
+                                               "not twinned: the job called no withWatermark during the run")
+    assert run["problems"] == [f"batches 0-2: replay_log: {unknown}: the Spark replay was not exact: not twinned: "
+                               "the job called no withWatermark during the run"]
+
+
 def test_grouping_keeps_distinct_problems_apart_and_names_ranges_with_gaps():
     same = [ReadProblem("not_exact", f"file:///landing/part_{i}.csv", "cannot be exact", i) for i in range(54)]
     one_file = [ReadProblem("no_late_rule", "/ck.progress.jsonl", "no late rule", i) for i in (3, 4, 9)]
@@ -64,7 +79,7 @@ def test_grouping_keeps_distinct_problems_apart_and_names_ranges_with_gaps():
     assert lines == ["batches 0-53: not_exact: cannot be exact (54 files, first file:///landing/part_0.csv)",
                      "batches 3-4, 9: no_late_rule: /ck.progress.jsonl: no late rule",
                      "unreadable: /ck/offsets/7: I/O error",
-                     "batch 60: replay_log: /ck: batch 60: other files"]
+                     "batch 60: replay_log: /ck: other files"]  # its "batch 60: " said once
     assert [g["batches"] for g in group_problems(same[:1])] == ["0"]
     assert id_ranges([7, 0, 1, 2, 3, 3]) == "0-3, 7" and id_ranges([]) == ""
 

@@ -197,11 +197,12 @@ class InputProfile:
         """Why the pure-Python replay cannot be exact for this source, None when it can (JSON lines
         classified by the package, with the schema recorded)."""
         if self.parsing == "job":
-            if not self.pre_watermark:  # nothing can replay it: say what to declare
+            if not self.pre_watermark:  # only the launcher's batch twin could: it left no record, say what to do
                 return (f"the job parses its {self.format} input with its own code and declares no pre-watermark "
-                        "function, so no replay can know its late rows; declare pre_watermark=\"module:function\" "
-                        "on the run pattern (the function from the raw rows to the rows that enter withWatermark) "
-                        "and the launcher replays each batch in Spark after the run")
+                        "function, and no Spark replay record of this batch exists (the launcher's batch twin, "
+                        "run after each run, says in its log why it made none); declare "
+                        "pre_watermark=\"module:function\" on the run pattern (the function from the raw rows to "
+                        "the rows that enter withWatermark) and the launcher replays each batch in Spark after the run")
             return (f"the job parses its {self.format} input with its pre-watermark function {self.pre_watermark}, "
                     "which only Spark can replay: the launcher (watermark_ops.spark.launch, pre_watermark declared "
                     "on the run pattern) replays each batch in Spark after the run")

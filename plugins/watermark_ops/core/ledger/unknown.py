@@ -44,7 +44,8 @@ def batches_text(ids: Sequence[int]) -> str:
 
 
 def group_problems(problems: Iterable[ReadProblem]) -> list[dict[str, Any]]:
-    """The problems grouped by kind and message, in the order each first appears.
+    """The problems grouped by kind and message (a leading ``"batch N: "`` that repeats the
+    problem's batch id left out of the message), in the order each first appears.
 
     :return: ``[{"kind", "message", "batch_ids": [int], "batches": "0-53" | None, "files": [str]
         (distinct, first seen first), "text"}]``. ``text`` is one line: ``"batches 0-53: kind:
@@ -53,8 +54,11 @@ def group_problems(problems: Iterable[ReadProblem]) -> list[dict[str, Any]]:
     """
     groups: dict[tuple[str, str], dict[str, Any]] = {}
     for problem in problems:
-        group = groups.setdefault((problem.kind, problem.message),
-                                  {"kind": problem.kind, "message": problem.message, "batch_ids": [], "files": []})
+        message = problem.message  # "batch N: ..." says what batch_id says: the same problem in every batch
+        if problem.batch_id is not None and message.startswith(f"batch {problem.batch_id}: "):
+            message = message[len(f"batch {problem.batch_id}: "):]
+        group = groups.setdefault((problem.kind, message),
+                                  {"kind": problem.kind, "message": message, "batch_ids": [], "files": []})
         if problem.batch_id is not None and problem.batch_id not in group["batch_ids"]:
             group["batch_ids"].append(problem.batch_id)
         if problem.file not in group["files"]:
