@@ -505,6 +505,8 @@ def _late(args: argparse.Namespace) -> int:
             print(f"wrote {len(written)} files to {args.sink}")
     if ledger.complete:
         return 0
+    from watermark_ops.core.ledger import problem_lines
+
     no_rule = sorted({p.batch_id for p in ledger.problems if p.kind == "no_late_rule" and p.batch_id is not None})
     others = [p for p in ledger.problems if p.kind != "no_late_rule"]
     if no_rule:  # one line for every batch without a rule, not one per batch
@@ -512,8 +514,8 @@ def _late(args: argparse.Namespace) -> int:
         print(f"watermark-ops late: {log}: no progress record with a late_rule for batches {render.id_ranges(no_rule)} "
               "(written before the job recorded which rows it drops as late, or by a query without a watermark): "
               "left out", file=sys.stderr)
-    for problem in others:
-        print(f"watermark-ops late: {problem.file}: {problem.message}", file=sys.stderr)
+    for line in problem_lines(others):  # a problem repeated per batch once, with its batch range
+        print(f"watermark-ops late: {line}", file=sys.stderr)
     for source in ledger.not_replayable:
         print(f"watermark-ops late: source {source['source']} is not replayable (offset {source['offset']})",
               file=sys.stderr)

@@ -386,14 +386,19 @@ def print_lateness_report(report: LatenessReport, console: Any) -> None:
         runs.add_row(
             run["run_id"][:8], escape(run["run_tag"] or "-"), iso_utc(run["started_ms"]) or "-",
             f"{batch_ids[0]}–{batch_ids[-1]}" if batch_ids else "none", str(run["input_rows"]),
-            "-" if run["rows_late"] is None else str(run["rows_late"]), _percent(run["drop_rate"]),
+            *(("unknown", "unknown") if run["rows_late"] is None
+              else (str(run["rows_late"]), _percent(run["drop_rate"]))),
             str(run["late_partial_aggregates_spark"]),
         )
     runs.caption = (f"no progress records in {escape(document['progress_log'])}" if not document["runs"] else
-                    "Late rows: the late-row ledger's replay of the run's batches (- where it could not replay "
-                    "them all). Spark's numRowsDroppedByWatermark counts late partial aggregates of an "
-                    "aggregation, not rows.")
+                    "Late rows: the late-row ledger's replay of the run's batches (unknown where it could not "
+                    "replay them all, never 0). Spark's numRowsDroppedByWatermark counts late partial aggregates "
+                    "of an aggregation, not rows.")
     console.print(runs)
+    if document.get("late_rows_unknown_reason"):  # once for every run it concerns, not once per run or batch
+        tags = ", ".join(r["run_tag"] or r["run_id"][:8] for r in document["runs"] if r["rows_late"] is None)
+        console.print(f"[yellow]late rows unknown[/] for runs {escape(tags)}: "
+                      f"{escape(document['late_rows_unknown_reason'])}", markup=True, highlight=False)
     for item in document["inputs"]:
         table = Table(title=escape(_advice_title(item)))
         table.add_column("keep drops below")
@@ -422,14 +427,14 @@ def print_lateness_report(report: LatenessReport, console: Any) -> None:
 
 
 def id_ranges(ids: list[int]) -> str:
-    """Batch ids as ranges, sorted: ``0-3, 7``."""
-    parts: list[list[int]] = []
-    for i in sorted(ids):
-        if parts and i == parts[-1][1] + 1:
-            parts[-1][1] = i
-        else:
-            parts.append([i, i])
-    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in parts)
+    """Batch ids as ranges, sorted: ``0-3, 7`` (:func:`watermark_ops.core.ledger.unknown.id_ranges`)."""
+    from watermark_ops.core.ledger.unknown import id_ranges as ranges
+
+    return ranges(ids)
+
+
+def _batches(ids: list[int]) -> str:
+    return f"batch {ids[0]}" if len(ids) == 1 else f"batches {id_ranges(ids)}"
 
 
 def _worst_lateness_column(batches: list[dict[str, Any]]) -> str:
@@ -465,9 +470,10 @@ def print_late_ledger(ledger: LateLedger, console: Any) -> None:
         missed = batch["late_watermark"] if batch["late_watermark_ms"] is not None else batch["watermark"]
         missed_ms = batch["late_watermark_ms"] if batch["late_watermark_ms"] is not None else batch["watermark_ms"]
         if not batch["replayed"]:
-            table.add_row(str(batch["batch_id"]), "-", "-", "-", missed or "-",
+            table.add_row(str(batch["batch_id"]), "-", "[yellow]unknown[/]", "-", missed or "-",
                           "-" if missed_ms is None else str(missed_ms), "[yellow]not replayed[/]",
-                          *(["-"] if column else []), "-")
+                          *(["-"] if column else []), "-" if batch["late_partial_aggregates_spark"] is None
+                          else str(batch["late_partial_aggregates_spark"]))
             continue
         behind = batch["behind_leader_before_ms"] or {}
         by_partition = ", ".join(
@@ -483,9 +489,13 @@ def print_late_ledger(ledger: LateLedger, console: Any) -> None:
         )
     totals = document["totals"]
     reasons = ", ".join(f"{escape(reason)} {rows}" for reason, rows in totals["quarantined_by_reason"].items() if rows)
-    table.caption = (
-        f"{totals['rows_late']} late rows of {totals['rows_read']} read, {totals['rows_aggregated']} aggregated, "
-        f"{totals['rows_quarantined']} set aside{f' ({reasons})' if reasons else ''}; Spark counted "
+    unknown, replayed = document["batches_not_replayed"], totals["replayed_batch_ids"]
+    table.caption = (  # unknown: the replayed batches' rows are theirs, never the ledger's figure
+        (f"late rows unknown: {_batches(unknown)} not replayed" + (f"; in the replayed {_batches(replayed)}: "
+                                                                   if replayed else "; ") if unknown else "")
+        + (f"{totals['rows_late_replayed']} late rows of {totals['rows_read']} read, "
+           f"{totals['rows_aggregated_replayed']} aggregated, {totals['rows_quarantined']} set aside"
+           f"{f' ({reasons})' if reasons else ''}; " if replayed or not unknown else "") + "Spark counted "
         f"{totals['late_partial_aggregates_spark']} late partial aggregates (numRowsDroppedByWatermark: late groups "
         f"after partial aggregation, not rows)."
     )
@@ -509,9 +519,12 @@ def print_late_ledger(ledger: LateLedger, console: Any) -> None:
                       f"({escape(source['description'] or 'unknown')}): offset {escape(str(source['offset']))} is not "
                       f"a file source's logOffset, its rows cannot be read back from the checkpoint (batches "
                       f"{escape(str(source['batch_ids']))})", markup=True, highlight=False)
-    for problem in document["problems"]:
-        console.print(f"[yellow]{problem['kind']}:[/] {escape(str(problem['file']))}: {escape(problem['message'])}",
-                      markup=True, highlight=False)
+    unknown = document["late_rows_unknown_reason"] or ""
+    for group in document["problem_groups"]:  # a problem repeated per batch once, with its batch range
+        if not (group["batch_ids"] and group["message"] in unknown):  # else said just below
+            console.print(f"[yellow]{escape(group['text'])}[/]", markup=True, highlight=False)
+    if unknown:
+        console.print(f"[bold yellow]late rows unknown:[/] {escape(unknown)}", markup=True, highlight=False)
 
 
 # --------------------------------------------------------------------------------------------

@@ -270,10 +270,11 @@ def test_late_rows_per_run_show_the_ledger_beside_spark(client, ui, spark, reque
 
     history = cf.restart_history(spark)
     real, sink = ui.root / "real", tmp_path / "output_late"
-    # Without a sink: every run's ledger cell is "—", and the page says why.
+    # Without a sink: every run's ledger cell is "unknown" (never 0), and the page says why.
     page = client.get("/watermark-ops/checkpoints/test/real").text
     runs = client.get("/watermark-ops/api/checkpoints/test/real").json()["runs"]
-    assert _ledger_cells(page) == ["—"] * len(runs) and len(runs) == 5
+    assert _ledger_cells(page) == ["unknown"] * len(runs) and len(runs) == 5
+    assert all(run["late_rows_known"] is False and run["late_rows_unknown_reason"] for run in runs)
     assert all(run["rows_late"] is None and run["drop_rate"] is None for run in runs)  # no rows, no rate
     assert "no late-row sink is known for this checkpoint" in page
 
@@ -303,7 +304,7 @@ def test_late_rows_per_run_show_the_ledger_beside_spark(client, ui, spark, reque
     assert spark_counts == [sum(b.get("rows_dropped_by_watermark") or 0 for b in run["batches"] if b.get("executed", True))
                             for run in history.runs]
     page = client.get("/watermark-ops/checkpoints/test/real").text
-    assert _ledger_cells(page) == [str(n) if n is not None else "—" for n in expected]
+    assert _ledger_cells(page) == [str(n) if n is not None else "unknown" for n in expected]
     assert f"from the late-row ledger's sink <code>{sink}</code>" in page
     print("ledger rows per run", expected, "spark late groups per run", spark_counts)
 

@@ -139,3 +139,20 @@ def test_the_lateness_report_says_unknown_and_why_there_is_no_advice(unknown):
     (problem,) = document["problems"]
     assert WHY in problem and "recorded after each run" not in problem and "pre_watermark" in problem
 
+
+
+def test_the_checkpoint_page_says_unknown_and_why(unknown):
+    import re
+
+    from watermark_ops import render_html
+    from watermark_ops.core.overview import checkpoint_detail
+    from watermark_ops.core.thresholds import Thresholds
+
+    detail = checkpoint_detail(unknown, Thresholds())
+    (run,) = json.loads(json.dumps(detail))["runs"]
+    assert run["rows_late"] is None and run["drop_rate"] is None and run["late_rows_known"] is False
+    assert WHY in run["late_rows_unknown_reason"] and "pre_watermark" in run["late_rows_unknown_reason"]
+    page = render_html.checkpoint_page(detail, base="/watermark-ops", json_url="/json")
+    table = re.search(r'<table id="runs">.*?</table>', page, re.S).group(0)
+    assert re.findall(r'<td class="num ledger">([^<]*)</td>', table) == ["unknown"]
+    assert "Late rows unknown (never 0) for run <code>day-1</code>" in page and WHY in page

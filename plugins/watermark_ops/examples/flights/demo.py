@@ -156,7 +156,7 @@ def _ledger(locations: dict[str, str], run_tag: str | None) -> dict[str, str]:
         return {"rows_late": f"unreadable: {exc}"}
     balance = (f"{found['rows_in']} = {found['rows_aggregated']} + {found['rows_late']} + {found['rows_quarantined']}"
                if found["balanced"] else f"NO: {found['problems'][:1] or found['rows_in']}")
-    return {"rows_late": str(found["rows_late"]), "balance": balance}
+    return {"rows_late": "unknown" if found["rows_late"] is None else str(found["rows_late"]), "balance": balance}
 
 
 def fresh_start(locations: dict[str, str]) -> list[str]:
