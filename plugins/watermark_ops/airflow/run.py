@@ -12,7 +12,8 @@ needs before and after its Spark run, wired once::
       ├─▶ late_ledger        every row this run's batches dropped as late, and the balance
       │                      rows in = aggregated + late + quarantined   (``core.ledger.reconcile_run``)
       │      └─▶ check_run  fails a run that set aside most of its rows, or aggregated none, naming
-      │                     the top reason and one example record (``core.ledger.quarantine_check``)
+      │                     the top reason and one example record; warns (or, with fail_on_unknown_late,
+      │                     fails) when the run's late rows are unknown (``core.ledger.judge_run``)
       └─▶ audit_checkpoint   the watermark never went backwards (``WatermarkAuditOperator``)
              ├─▶ state_checkpoint  rows per stateful operator, watermark bound, chain, state findings
              └─▶ complete    optional completeness gate (``WatermarkReachedSensor``), after a passed audit ─┐
@@ -149,6 +150,7 @@ def watermarked_run(
     partition_column: str | None = None,
     partitions: Sequence[str] | None = None,
     max_quarantine_rate: float = MAX_QUARANTINE_RATE,
+    fail_on_unknown_late: bool = False,
     preflight: bool = True,
     spark_version: str | None = None,
     accept_changes: Sequence[str] | str | None = None,
@@ -220,6 +222,11 @@ def watermarked_run(
         station), and its values: each batch's newest event time per value is recorded (the skew).
     :param max_quarantine_rate: ``check_run`` fails a run that set aside more than this share of its
         input rows, or aggregated none of them, naming the top reason and one example record.
+    :param fail_on_unknown_late: ``check_run`` fails a run whose late rows cannot be known (a batch
+        of the run the ledger could not replay: e.g. a job attached with its own parsing and no
+        ``pre_watermark``, which has no Spark replay records), naming the batches and why. Default
+        False: such a run passes with a warning in the task log; either way its XComs say
+        ``late_rows_known`` false and ``rows_late`` None, never 0.
     :param preflight: run the restart preflight before the launch (task ``preflight``,
         :func:`watermark_ops.airflow.restart.preflight_gate`): ``no_go`` fails it with the reason,
         the file and the recipe, and nothing is launched; ``warn`` passes, logged. Default on.
@@ -347,16 +354,21 @@ def watermarked_run(
         @task(task_id=ids["check"])
         def check_run(run: dict) -> dict:
             """Fail a run that set aside more than ``max_quarantine_rate`` of its input rows, or aggregated
-            none: the message names the top reason and one example record (file, line)."""
+            none (the message names the top reason and one example record); a run whose late rows are
+            unknown (a batch not replayed) is a logged warning, a failure with ``fail_on_unknown_late``
+            (the judgement: ``watermark_ops.core.ledger.judge_run``)."""
+            import logging
+
             from airflow.sdk.exceptions import AirflowFailException
 
-            from watermark_ops.core.ledger import quarantine_check
+            from watermark_ops.core.ledger import judge_run
 
-            problem = quarantine_check(run, max_quarantine_rate)
-            if problem:
-                raise AirflowFailException(problem)
-            return {"rows_in": run.get("rows_in"), "rows_quarantined": run.get("rows_quarantined"),
-                    "quarantine_rate": run.get("quarantine_rate"), "max_quarantine_rate": max_quarantine_rate}
+            verdict = judge_run(run, max_quarantine_rate, fail_on_unknown_late)
+            for warning in verdict["warnings"]:
+                logging.getLogger(__name__).warning("%s", warning)
+            if verdict["failure"]:
+                raise AirflowFailException(verdict["failure"])
+            return verdict
 
         audit = WatermarkAuditOperator(task_id=ids["audit"], checkpoint=checkpoint, conn_id=checkpoint_conn_id)
         ledger = late_ledger(checkpoint, quarantine_checkpoint, landings, late_sink)

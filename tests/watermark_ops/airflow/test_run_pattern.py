@@ -138,3 +138,25 @@ def test_a_no_go_checkpoint_fails_the_preflight_task_and_nothing_is_launched(air
 def test_declarations_are_checked_when_the_dag_is_parsed(kwargs, says):
     with pytest.raises(ValueError, match=says):
         _group(**kwargs)
+
+
+def test_check_run_warns_about_unknown_late_rows_and_fails_them_with_fail_on_unknown_late(caplog):
+    """The task itself (its callable, no DB): a run whose batches were not replayed passes with a
+    warning naming the batches and why, or fails with ``fail_on_unknown_late=True``."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    run = {"run_tag": "day-1", "rows_in": 16, "rows_quarantined": 0, "rows_aggregated": None, "rows_late": None,
+           "quarantine_rate": 0.0, "complete": False, "late_rows_known": False,
+           "late_rows_unknown_reason": "batches 3-5 not replayed: the job declares no pre-watermark function"}
+    lenient = _group(attach=True).get_task("readings.check_run").python_callable
+    with caplog.at_level("WARNING"):
+        result = lenient(run)
+    assert result["late_rows_known"] is False and result["rows_late"] is None and result["failure"] is None
+    assert "run day-1: late rows unknown: batches 3-5 not replayed: the job declares no pre-watermark function" \
+        in caplog.text
+    strict = _group(attach=True, fail_on_unknown_late=True).get_task("readings.check_run").python_callable
+    with pytest.raises(AirflowFailException, match="late rows unknown: batches 3-5 not replayed"):
+        strict(run)
+    known = {**run, "rows_aggregated": 16, "rows_late": 0, "complete": True, "late_rows_known": True,
+             "late_rows_unknown_reason": None}
+    assert strict(known)["late_rows_known"] is True and strict(known)["rows_late"] == 0
