@@ -74,6 +74,10 @@ def parse_launch_args(argv: list[str]) -> tuple[argparse.Namespace, str, list[st
                              "replayed through it in Spark after the run (exact late rows)")
     parser.add_argument("--reason-column", help="the column naming why a row is set aside (in the pre-watermark "
                                                "function's rows, or in the job's reject query)")
+    parser.add_argument("--allowed-lateness", metavar="DURATION",
+                        help="recover late rows whose window ended less than this before the watermark that dropped "
+                             "them ('6 hours'): their windows are computed again and published as corrections")
+    parser.add_argument("--corrections-path", help="where the corrections table goes (default <sink>_corrections)")
     parser.add_argument("--no-twin", dest="twin", action="store_false",
                         help="without --pre-watermark, do not run the job as its batch twin after the run (the "
                              "run's late rows are then unknown)")
@@ -96,6 +100,15 @@ def parse_launch_args(argv: list[str]) -> tuple[argparse.Namespace, str, list[st
     rest = argv[split + 1:]
     if not rest:
         parser.error("expected the job script after '--'")
+    if args.allowed_lateness:
+        from watermark_ops.core.ledger.corrections import allowed_lateness_ms
+
+        try:
+            allowed_lateness_ms(args.allowed_lateness)
+        except ValueError as exc:
+            parser.error(f"--allowed-lateness: {exc}")
+        if not args.window:
+            parser.error("--allowed-lateness needs --window (the windows it corrects)")
     if args.partition_column and not args.partitions:
         parser.error("--partition-column needs --partitions (the values to keep apart)")
     from watermark_ops.core.state.restart import parse_accepted
@@ -470,6 +483,33 @@ def _twin(args: argparse.Namespace, attachment, script: str, script_args: list[s
                  record["batch_id"], record["rows_read"], sum(record["rows_quarantined"].values()),
                  record["rows_aggregated"], len(record["late_rows"]),
                  f"; NOT EXACT: {'; '.join(record['problems'])}" if record["problems"] else "")
+    if args.allowed_lateness and not any(r["problems"] for r in made):
+        _correct(args, attachment, started.checkpoint, made, lambda chosen: run_twin(
+            lambda: _run_script(script, script_args, {}), lambda location: chosen if files_for(location) else []))
+
+
+def _correct(args: argparse.Namespace, attachment, checkpoint: str, made: list[dict[str, Any]], rerun) -> None:
+    """The run's corrections (:mod:`watermark_ops.spark.corrections`); never fails the run: a window
+    that cannot be corrected is named in one line and its late rows stay in the ledger."""
+    from watermark_ops.core.ledger.corrections import allowed_lateness_ms
+    from watermark_ops.core.ledger.rule import interval_ms
+    from watermark_ops.spark.corrections import compute_corrections, write_corrections
+    from watermark_ops.spark.twin import CannotTwin
+
+    try:
+        corrections, query = compute_corrections(attachment.spark, checkpoint, made,
+                                                 allowed_lateness_ms(args.allowed_lateness), interval_ms(args.window),
+                                                 rerun, run_tag=args.run_tag)
+        folder = write_corrections(attachment.spark, corrections, query, checkpoint, args.corrections_path)
+    except CannotTwin as exc:
+        log.warning("no corrections for this run: %s", exc)
+        return
+    except Exception as exc:  # noqa: BLE001 - the run's data and ledger stand; its corrections are what failed
+        traceback.print_exc()
+        log.warning("no corrections for this run: %s", exc)
+        return
+    log.info("corrections: %d windows and groups corrected%s", len(corrections),
+             f", written to {folder}" if folder else "")
 
 
 def _tick_if_owed(args: argparse.Namespace) -> None:
