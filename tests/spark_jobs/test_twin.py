@@ -34,6 +34,7 @@ DELAY_MS = HOUR_MS
 #: How late each city's readings arrive.
 ARRIVES_AFTER = {"seattle": pd.Timedelta(0), "sf": pd.Timedelta(hours=10)}
 DAYS = ("2010-01-02", "2010-01-03", "2010-01-04")
+ALLOWED = "6 hours"
 
 
 def _temps() -> pd.DataFrame:
@@ -104,9 +105,9 @@ def classic(tmp_path_factory):
     runs, results = [], []
     for number, day in enumerate(DAYS):
         runs.append(land(day, tmp / "landing"))
-        results.append(launch(tmp, f"run-{number}", "--master", "local[2]"))
+        results.append(launch(tmp, f"run-{number}", "--master", "local[2]", "--allowed-lateness", ALLOWED))
     garbage = land("2010-01-05", tmp / "landing", garbage=True)
-    results.append(launch(tmp, "run-garbage", "--master", "local[2]"))
+    results.append(launch(tmp, "run-garbage", "--master", "local[2]", "--allowed-lateness", ALLOWED))
     return tmp, runs, results, garbage
 
 
@@ -149,6 +150,68 @@ def test_garbage_event_times_are_set_aside_with_the_jobs_own_reason(classic):
     assert Path(example["file"].removeprefix("file://")).name.startswith("temps_2010-01-05_")
     assert example["event"]["reject_reason"] == "unreadable_time" and example["event"]["landed_time"].startswith("at ")
     assert json.loads(_line(example["file"], example["line"]))["event_time"] == example["event"]["landed_time"]
+
+
+def pandas_windows(runs: list[pd.DataFrame]) -> pd.DataFrame:
+    """Every landed good row's 6-hour window per city: readings, mean, min and max (pandas alone)."""
+    rows = pd.concat(runs, ignore_index=True)
+    at = pd.to_datetime(rows["event_time"], format="%Y-%m-%d %H:%M:%S", errors="coerce")
+    rows = rows[at.notna()].assign(start=at[at.notna()].astype("int64") // 10**6 // WINDOW_MS * WINDOW_MS,
+                                   temp_f=lambda r: r["temp"].astype(float))
+    return rows.groupby(["start", "city"])["temp_f"].agg(["count", "mean", "min", "max"])
+
+
+def test_recoverable_late_rows_are_published_as_corrections_of_their_windows(classic):
+    from watermark_ops.core.ledger.corrections import read_corrections, standing
+
+    tmp, runs, _, _ = classic
+    checkpoint = str(tmp / "ck" / "windows")
+    corrections, problems = read_corrections(checkpoint)
+    assert problems == [] and corrections
+    truth = pandas_windows(runs)
+    late = late_ledger(checkpoint).late_rows
+    # each late row's window closed 4 hours before the watermark that dropped it: within the 6 allowed
+    assert late and all(0 <= r.late_by_ms < 6 * HOUR_MS for r in late)
+    touched = {(r.window_start_ms, r.event["city"]) for r in late}
+    current = standing(corrections)
+    assert {(c["window_start_ms"], c["keys"]["city"]) for c in current} == touched  # no untouched window corrected
+    for c in current:
+        count, mean, low, high = truth.loc[(c["window_start_ms"], c["keys"]["city"])]
+        assert c["window_end_ms"] - c["window_start_ms"] == WINDOW_MS
+        assert c["corrected"]["readings"] == count and abs(c["corrected"]["mean_temp_f"] - mean) <= 1e-9
+        assert (c["corrected"]["min_temp_f"], c["corrected"]["max_temp_f"]) == (low, high)
+        mine = [r for r in late if (r.window_start_ms, r.event["city"]) == (c["window_start_ms"], c["keys"]["city"])]
+        assert c["late_rows"] == len(mine) and c["emitted"]["readings"] == count - len(mine)
+    # the table beside the sink holds the same rows, one folder per run
+    table = pd.read_parquet(tmp / "out_corrections")
+    assert len(table) == len(corrections) and set(table["run"]) == {c["run"] for c in corrections}
+    assert sorted(table["readings"]) == sorted(c["corrected"]["readings"] for c in corrections)
+    assert sorted(table["emitted_readings"]) == sorted(c["emitted"]["readings"] for c in corrections)
+
+
+def test_writing_a_runs_corrections_again_replaces_them(spark, classic, tmp_path):
+    import shutil
+
+    from watermark_ops.core.ledger.corrections import corrections_log_path, read_corrections
+    from watermark_ops.spark.corrections import write_corrections
+    from watermark_ops.spark.twin import TwinQuery
+
+    tmp = classic[0]
+    checkpoint = str(tmp_path / "ck")
+    shutil.copy(corrections_log_path(str(tmp / "ck" / "windows")), corrections_log_path(checkpoint))
+    before, _ = read_corrections(checkpoint)
+    run = [c for c in before if c["run"] == before[0]["run"]]
+    result = spark.createDataFrame([], "window struct<start: timestamp, end: timestamp>, city string, readings bigint, "
+                                       "mean_temp_f double, min_temp_f double, max_temp_f double")
+    query = TwinQuery(result, format="parquet", path=str(tmp_path / "out"))
+    for _ in range(2):  # the same run corrected twice (a rerun): written once
+        folder = write_corrections(spark, [{k: v for k, v in c.items() if k != "write"} for c in run], query, checkpoint)
+    assert len(pd.read_parquet(tmp_path / "out_corrections")) == len(run) and folder.endswith(run[0]["run"])
+    after, _ = read_corrections(checkpoint)
+    def made(corrections):
+        return sorted((c["run"], c["window_start_ms"], json.dumps(c["corrected"], sort_keys=True)) for c in corrections)
+
+    assert made(after) == made(before) and after[-len(run):][0]["run"] == run[0]["run"]  # the rerun is the newest
 
 
 def test_the_twin_runs_the_script_without_starting_or_writing_anything(spark, tmp_path):
@@ -194,9 +257,15 @@ def test_over_spark_connect_the_twin_gives_the_same_late_rows(connect_server, tm
     runs = []
     for number, day in enumerate(DAYS[:2]):
         runs.append(land(day, tmp_path / "landing"))
-        done = launch(tmp_path, f"run-{number}", "--remote", connect_server.url)
+        done = launch(tmp_path, f"run-{number}", "--remote", connect_server.url, "--allowed-lateness", ALLOWED)
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     checkpoint = str(tmp_path / "ck" / "windows")
     expected = pandas_late(runs)
     assert expected[1] and late_by_run(checkpoint, ["run-0", "run-1"]) == expected
     assert late_ledger(checkpoint).complete
+    from watermark_ops.core.ledger.corrections import read_corrections
+
+    corrections, _ = read_corrections(checkpoint)
+    truth = pandas_windows(runs)
+    assert corrections and all(c["corrected"]["readings"] == truth.loc[(c["window_start_ms"], c["keys"]["city"])]["count"]
+                               for c in corrections)
