@@ -97,14 +97,16 @@ def _accepted(accept_changes: Sequence[str] | str | None) -> str | None:
 
 def _declarations(checkpoint: str, window: str | None, event_time: str | None, watermark_column: str | None,
                   pre_watermark: str | None, reason_column: str | None, partition_column: str | None,
-                  partitions: Sequence[str] | None, landings: list[str], accepted: str | None = None) -> list[str]:
+                  partitions: Sequence[str] | None, landings: list[str], accepted: str | None = None,
+                  allowed_lateness: str | None = None, corrections_path: str | None = None) -> list[str]:
     """The launcher's flags (:func:`watermark_ops.spark.launch.parse_launch_args`) for the declarations."""
     args = ["--checkpoint", checkpoint, "--run-tag", "{{ run_id }}"]
     if accepted:
         args.append(f"--accept-changes={accepted}")
     for flag, value in (("--window", window), ("--event-time", event_time), ("--watermark-column", watermark_column),
                         ("--pre-watermark", pre_watermark), ("--reason-column", reason_column),
-                        ("--partition-column", partition_column)):
+                        ("--partition-column", partition_column), ("--allowed-lateness", allowed_lateness),
+                        ("--corrections-path", corrections_path)):
         if value:
             args += [flag, value]
     if partitions:
@@ -112,6 +114,25 @@ def _declarations(checkpoint: str, window: str | None, event_time: str | None, w
     if len(landings) == 1:
         args += ["--landing", landings[0]]
     return args
+
+
+def _check_allowed_lateness(allowed_lateness: str | None, corrections_path: str | None, window: str | None) -> None:
+    """Check the corrections' declarations when the DAG is parsed (no I/O; the interval's reader is
+    imported only when one is given, a template is left to the launcher).
+
+    :raises ValueError: for an interval that is not one ('6 hours'), or one without a window, or a
+        corrections path without an allowed lateness.
+    """
+    if corrections_path and not allowed_lateness:
+        raise ValueError("corrections_path needs allowed_lateness (the late rows whose windows are corrected)")
+    if not allowed_lateness:
+        return
+    if not window:
+        raise ValueError("allowed_lateness needs window (the windows it corrects)")
+    if "{{" not in str(allowed_lateness):
+        from watermark_ops.core.ledger.corrections import allowed_lateness_ms
+
+        allowed_lateness_ms(allowed_lateness)
 
 
 def watermarked_run(
@@ -149,6 +170,8 @@ def watermarked_run(
     reason_column: str | None = None,
     partition_column: str | None = None,
     partitions: Sequence[str] | None = None,
+    allowed_lateness: str | None = None,
+    corrections_path: str | None = None,
     max_quarantine_rate: float = MAX_QUARANTINE_RATE,
     fail_on_unknown_late: bool = False,
     preflight: bool = True,
@@ -220,6 +243,15 @@ def watermarked_run(
         enters the watermark); rows it filters out are counted as ``filtered_by_job``.
     :param partition_column: / partitions: the column whose values share one watermark (e.g. a
         station), and its values: each batch's newest event time per value is recorded (the skew).
+    :param allowed_lateness: ``"6 hours"``: after each run, the late rows whose window ended less than
+        this before the watermark that dropped them are recovered: the launcher computes their windows
+        again from every row and writes each changed group as a correction beside the sink
+        (``<sink>_corrections/run_key=<run>/``) and to ``<checkpoint>.corrections.jsonl``; later rows
+        stay final drops (:mod:`watermark_ops.core.ledger.corrections`). Checked when the DAG is
+        parsed (a Spark interval of whole units; a template is checked by the launcher). Needs
+        ``attach`` and ``window``. None: no corrections.
+    :param corrections_path: where the corrections table goes (default ``<sink>_corrections``);
+        with ``allowed_lateness``.
     :param max_quarantine_rate: ``check_run`` fails a run that set aside more than this share of its
         input rows, or aggregated none of them, naming the top reason and one example record.
     :param fail_on_unknown_late: ``check_run`` fails a run whose late rows cannot be known (a batch
@@ -248,8 +280,9 @@ def watermarked_run(
     :param prefix_group_id: prefix the task ids with ``group_id`` (Airflow's default).
     :return: the ``TaskGroup``; its roots are the submit task, its leaves the tasks after it.
     :raises ValueError: for a literal ``spark_trigger`` other than availableNow/once, a partition
-        asset without ``partition_since``, a ``launch`` other than submit/connect, or an
-        ``accept_changes`` name that is not a silent change.
+        asset without ``partition_since``, a ``launch`` other than submit/connect, an
+        ``accept_changes`` name that is not a silent change, or an ``allowed_lateness`` that is not
+        an interval (or given without ``window``).
     """
     if launch not in LAUNCHES:
         raise ValueError(f"launch must be one of {LAUNCHES}, got {launch!r}")
@@ -258,10 +291,12 @@ def watermarked_run(
     if partition_asset is not None and partition_since is None:
         raise ValueError("partition_asset needs partition_since (the first partition's instant)")
     declared = {"window": window, "event_time": event_time, "watermark_column": watermark_column,
-                "pre_watermark": pre_watermark, "reason_column": reason_column, "partition_column": partition_column}
+                "pre_watermark": pre_watermark, "reason_column": reason_column, "partition_column": partition_column,
+                "allowed_lateness": allowed_lateness, "corrections_path": corrections_path}
     if not attach and any(declared.values()):
         raise ValueError(f"{sorted(k for k, v in declared.items() if v)} are declarations for an unmodified job: "
                          "they need attach=True")
+    _check_allowed_lateness(allowed_lateness, corrections_path, window)
     if bool(partition_column) != bool(partitions):
         raise ValueError("partition_column and partitions go together (the column and the values to keep apart)")
     if not 0 <= max_quarantine_rate <= 1:
@@ -271,7 +306,8 @@ def watermarked_run(
     accepted = _accepted(accept_changes)
     if attach:
         args = [*_declarations(checkpoint, window, event_time, watermark_column, pre_watermark, reason_column,
-                               partition_column, partitions, landings, accepted), "--", application,
+                               partition_column, partitions, landings, accepted, allowed_lateness,
+                               corrections_path), "--", application,
                 *application_args]
         application = launcher_path()
         if launch == "submit":  # the driver log: the job's lines and Spark's warnings, not every INFO line
