@@ -14,6 +14,8 @@ needs before and after its Spark run, wired once::
       │      └─▶ check_run  fails a run that set aside most of its rows, or aggregated none, naming
       │                     the top reason and one example record; warns (or, with fail_on_unknown_late,
       │                     fails) when the run's late rows are unknown (``core.ledger.judge_run``)
+      ├─▶ announce_corrections  with ``allowed_lateness``: an asset event naming the windows the
+      │                     run corrected (its late rows recovered); skipped when it corrected none
       └─▶ audit_checkpoint   the watermark never went backwards (``WatermarkAuditOperator``)
              ├─▶ state_checkpoint  rows per stateful operator, watermark bound, chain, state findings
              └─▶ complete    optional completeness gate (``WatermarkReachedSensor``), after a passed audit ─┐
@@ -45,6 +47,7 @@ import the core when they run.
 
 from __future__ import annotations
 
+import logging
 import os
 from datetime import timedelta
 from typing import Any, Callable, Sequence
@@ -57,7 +60,7 @@ from watermark_ops.airflow.partitions import WatermarkPartitionsOperator
 from watermark_ops.airflow.registry import CHECKPOINT_REGISTRY
 from watermark_ops.airflow.sensors import WatermarkReachedSensor
 
-__all__ = ["DEFAULT_TASK_IDS", "LAUNCHES", "launcher_path", "watermarked_run"]
+__all__ = ["DEFAULT_TASK_IDS", "LAUNCHES", "default_corrections_asset", "launcher_path", "watermarked_run"]
 
 #: Task ids inside the group (prefixed with the group id unless ``prefix_group_id=False``).
 DEFAULT_TASK_IDS = {
@@ -70,6 +73,7 @@ DEFAULT_TASK_IDS = {
     "state": "state_checkpoint",
     "complete": "complete",
     "announce": "announce_partitions",
+    "corrections": "announce_corrections",
 }
 SPARK_TRIGGERS = ("availableNow", "once")
 #: How the job's driver runs: a Spark application per run (spark-submit), or a client of a Spark Connect server.
@@ -172,6 +176,7 @@ def watermarked_run(
     partitions: Sequence[str] | None = None,
     allowed_lateness: str | None = None,
     corrections_path: str | None = None,
+    corrections_asset: Asset | None = None,
     max_quarantine_rate: float = MAX_QUARANTINE_RATE,
     fail_on_unknown_late: bool = False,
     preflight: bool = True,
@@ -252,6 +257,12 @@ def watermarked_run(
         ``attach`` and ``window``. None: no corrections.
     :param corrections_path: where the corrections table goes (default ``<sink>_corrections``);
         with ``allowed_lateness``.
+    :param corrections_asset: with ``allowed_lateness``, the asset a run that corrected something
+        updates (task ``announce_corrections``, skipped when the run corrected nothing: no event), its
+        ``extra`` naming the windows: ``{"corrected_windows": [{"window_start_ms", "window_end_ms",
+        "keys"}], "run", "checkpoint", "corrections", "late_rows"}`` (epoch ms UTC), so a DAG scheduled
+        on it redoes exactly those; default :func:`default_corrections_asset` of the checkpoint (a
+        templated checkpoint needs one given).
     :param max_quarantine_rate: ``check_run`` fails a run that set aside more than this share of its
         input rows, or aggregated none of them, naming the top reason and one example record.
     :param fail_on_unknown_late: ``check_run`` fails a run whose late rows cannot be known (a batch
@@ -280,7 +291,8 @@ def watermarked_run(
     :param prefix_group_id: prefix the task ids with ``group_id`` (Airflow's default).
     :return: the ``TaskGroup``; its roots are the submit task, its leaves the tasks after it.
     :raises ValueError: for a literal ``spark_trigger`` other than availableNow/once, a partition
-        asset without ``partition_since``, a ``launch`` other than submit/connect, an
+        asset without ``partition_since``, a templated checkpoint with ``allowed_lateness`` and no
+        ``corrections_asset``, a ``launch`` other than submit/connect, an
         ``accept_changes`` name that is not a silent change, or an ``allowed_lateness`` that is not
         an interval (or given without ``window``).
     """
@@ -297,6 +309,11 @@ def watermarked_run(
         raise ValueError(f"{sorted(k for k, v in declared.items() if v)} are declarations for an unmodified job: "
                          "they need attach=True")
     _check_allowed_lateness(allowed_lateness, corrections_path, window)
+    if allowed_lateness and corrections_asset is None:
+        if "{{" in str(checkpoint):
+            raise ValueError("a templated checkpoint with allowed_lateness needs corrections_asset (the asset its "
+                             "corrections are announced on)")
+        corrections_asset = default_corrections_asset(checkpoint)
     if bool(partition_column) != bool(partitions):
         raise ValueError("partition_column and partitions go together (the column and the values to keep apart)")
     if not 0 <= max_quarantine_rate <= 1:
@@ -438,7 +455,39 @@ def watermarked_run(
                 grain=partition_grain, timezone=partition_timezone, partition_facts=partition_facts, retries=2,
             )
             [ledger, *([gate] if gate is not None else [])] >> announce
+        if allowed_lateness:
+            @task(task_id=ids["corrections"], outlets=[corrections_asset])
+            def announce_corrections(checkpoint: str, run_id=None) -> dict:
+                """Announce this run's corrections on the corrections asset (``extra``: the corrected
+                windows, the run, the checkpoint); skipped, with no event, when the run corrected nothing."""
+                from airflow.sdk import get_current_context
+                from airflow.sdk.exceptions import AirflowSkipException
+
+                from watermark_ops.core.ledger.corrections import read_corrections
+                from watermark_ops.core.ledger.recovered import corrections_event
+
+                corrections, problems = read_corrections(checkpoint)
+                for problem in problems:
+                    logging.getLogger(__name__).warning("%s", problem)
+                extra = corrections_event(checkpoint, run_id, corrections)
+                if extra is None:  # an event would tell a consumer to redo nothing
+                    raise AirflowSkipException(f"run {run_id} corrected no window of {checkpoint}")
+                get_current_context()["outlet_events"][corrections_asset].extra.update(extra)
+                return extra
+
+            submit >> announce_corrections(checkpoint)
     return group
+
+
+def default_corrections_asset(checkpoint: str) -> Asset:
+    """The default asset of a checkpoint's corrections: named ``corrections of <checkpoint>``, its URI
+    the corrections log's (``file:///abs/ck.corrections.jsonl`` for a local path, the URL's own
+    scheme otherwise). No I/O (a relative path is made absolute against the current folder)."""
+    location = str(checkpoint).rstrip("/")
+    if "://" not in location:
+        location = "file://" + os.path.abspath(location)
+    return Asset(name=f"corrections of {str(checkpoint).rstrip('/')}", uri=location + ".corrections.jsonl")
+
 
 
 def _lateness(checkpoint: str, landings: list[str]) -> dict:

@@ -5,6 +5,8 @@ preflight task with the reason, the file and the recipe, and the launch never ru
 
 from __future__ import annotations
 
+import json
+
 import pendulum
 import pytest
 from airflow.sdk import DAG
@@ -160,3 +162,67 @@ def test_check_run_warns_about_unknown_late_rows_and_fails_them_with_fail_on_unk
     known = {**run, "rows_aggregated": 16, "rows_late": 0, "complete": True, "late_rows_known": True,
              "late_rows_unknown_reason": None}
     assert strict(known)["late_rows_known"] is True and strict(known)["rows_late"] == 0
+
+
+def test_an_allowed_lateness_reaches_the_launcher_before_the_job_and_is_checked_when_parsed():
+    dag = _group(attach=True, window="1 hour", allowed_lateness="6 hours", corrections_path="/out/hourly_fixes")
+    args = list(dag.get_task("readings.spark_submit").application_args)
+    split = args.index("--")
+    declared = dict(zip(args[:split:2], args[1:split:2]))
+    assert declared["--allowed-lateness"] == "6 hours" and declared["--corrections-path"] == "/out/hourly_fixes"
+    assert args[split + 1] == JOB  # the job's own arguments stay after "--"
+    announce = dag.get_task("readings.announce_corrections")
+    assert announce.upstream_task_ids == {"readings.spark_submit"}
+    assert [a.uri for a in announce.outlets] == ["file:///ck/readings.corrections.jsonl"]
+    assert "readings.announce_corrections" not in _group(attach=True, window="1 hour").task_ids
+    for kwargs, says in [({"allowed_lateness": "6 hourz"}, "expected an interval such as '6 hours'"),
+                         ({"allowed_lateness": "6 hours", "window": None}, "allowed_lateness needs window"),
+                         ({"corrections_path": "/x"}, "corrections_path needs allowed_lateness")]:
+        with pytest.raises(ValueError, match=says):
+            _group(**{"attach": True, "window": "1 hour", **kwargs})
+    with pytest.raises(ValueError, match="need attach=True"):
+        _group(allowed_lateness="6 hours")
+
+
+def test_a_run_that_corrected_windows_announces_them_on_the_corrections_asset(airflow_db, tmp_path):
+    """``dag.test()`` with every other task marked done: the announce task reads the corrections log
+    the launcher wrote, and the asset event's extra names exactly this run's windows (the newest
+    write of the run only); a run that corrected nothing is skipped and makes no event."""
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    from tests.watermark_ops import stall_fixtures as sf
+
+    checkpoint = str(tmp_path / "ck")
+    day = pendulum.datetime(2013, 1, 2, tz="UTC")
+    run_id = f"manual__{day.isoformat()}"
+    hour = 3_600_000
+
+    def fix(start, station, run, write, batch=4):
+        return {"window_start_ms": start, "window_end_ms": start + hour, "keys": {"station": station},
+                "emitted": {"mean": 1.0}, "corrected": {"mean": 2.0}, "late_rows": 1, "run": run,
+                "batch_id": batch, "write": write}
+
+    log = [fix(0, "north", "manual__earlier", 1, 2), fix(hour, "north", run_id, 5), fix(hour, "south", run_id, 5),
+           fix(9 * hour, "east", run_id, 7), fix(2 * hour, "east", run_id, 7)]  # the run written twice: the 2nd stands
+    (tmp_path / "ck.corrections.jsonl").write_text("".join(json.dumps(r) + "\n" for r in log))
+    with DAG("wo_run_pattern_corrections", schedule=None, start_date=pendulum.datetime(2013, 1, 1, tz="UTC")) as dag:
+        watermarked_run("readings", application=str(tmp_path / "never.py"), checkpoint=checkpoint, attach=True,
+                        window="1 hour", allowed_lateness="6 hours")
+    others = "|".join(t for t in dag.task_ids if t != "readings.announce_corrections")
+    run = sf.run_dag(dag, logical_date=day, run_after=day, mark_success_pattern=f"^({others})$")
+    assert run.run_id == run_id
+    assert {t: s for (t, _), s in sf.task_states(run).items()}["readings.announce_corrections"] == "success"
+    expected = {"corrected_windows": [{"window_start_ms": 9 * hour, "window_end_ms": 10 * hour, "keys": {"station": "east"}},
+                                      {"window_start_ms": 2 * hour, "window_end_ms": 3 * hour, "keys": {"station": "east"}}],
+                "run": run_id, "checkpoint": checkpoint, "corrections": 2, "late_rows": 2}
+    with create_session() as session:
+        asset_id = session.scalar(select(AssetModel.id).where(AssetModel.uri == f"file://{checkpoint}.corrections.jsonl"))
+        (event,) = session.scalars(select(AssetEvent).where(AssetEvent.asset_id == asset_id))
+        assert event.extra == expected
+    # A run that corrected nothing: skipped, no second event.
+    quiet = sf.run_dag(dag, logical_date=day.add(days=1), run_after=day.add(days=1), mark_success_pattern=f"^({others})$")
+    assert {t: s for (t, _), s in sf.task_states(quiet).items()}["readings.announce_corrections"] == "skipped"
+    with create_session() as session:
+        assert len(list(session.scalars(select(AssetEvent).where(AssetEvent.asset_id == asset_id)))) == 1
