@@ -51,7 +51,8 @@ def _state_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--growing-batches", default=None, metavar="N",
                         help=f"state_growing over this many batches (default {D.growing_batches}; 'none' disables)")
     parser.add_argument("--max-chain", default=None, metavar="N",
-                        help=f"state_never_compacted above this many files to replay (default {D.max_chain})")
+                        help="state_never_compacted above this many files to replay (default auto: the checkpoint's "
+                             "minDeltasForSnapshot, 10 unless frozen, plus 5; 'none' disables)")
     parser.add_argument("--max-versions-over-retain", default=None, metavar="N",
                         help=f"state_files_accumulating above minBatchesToRetain + N versions "
                              f"(default {D.max_versions_over_retain})")

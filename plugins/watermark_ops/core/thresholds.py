@@ -17,7 +17,10 @@ from typing import Any
 
 from watermark_ops.core.times import duration, duration_ms
 
-__all__ = ["DEFAULT_STATE_THRESHOLDS", "DEFAULT_THRESHOLDS", "StateThresholds", "Thresholds"]
+__all__ = ["AUTO", "DEFAULT_STATE_THRESHOLDS", "DEFAULT_THRESHOLDS", "StateThresholds", "Thresholds"]
+
+#: ``max_chain`` judged from the checkpoint's own ``minDeltasForSnapshot`` (:class:`StateThresholds`).
+AUTO = "auto"
 
 
 @dataclass(frozen=True)
@@ -76,7 +79,7 @@ class Thresholds:
             raise ValueError(f"stall_batches: expected a whole number >= 1, got {self.stall_batches!r}")
         object.__setattr__(self, "stall_batches", batches)
 
-    def to_dict(self) -> dict[str, int | None]:
+    def to_dict(self) -> dict[str, int | str | None]:
         """JSON-ready: ``{"idle_after_ms", "max_idle_ms", "max_lag_ms", "max_skew_ms",
         "stall_window_ms", "max_partition_skew_ms", "stall_batches"}`` (ms ints, None when disabled)."""
         out: dict[str, int | None] = {
@@ -119,9 +122,12 @@ class StateThresholds:
         window aggregation evicts at least once in ten batches unless its windows are longer than
         ten triggers; raise it for day-long windows on hourly runs).
     :ivar max_chain: ``state_never_compacted`` when a restart must replay more than this many
-        delta or changelog files for one partition and store since the last snapshot (default 20:
-        twice Spark's ``spark.sql.streaming.stateStore.minDeltasForSnapshot``, 10; a maintenance
-        task that runs snapshots well before that).
+        delta or changelog files for one partition and store since the last snapshot. Default
+        ``"auto"``: the checkpoint's own evidence, its ``spark.sql.streaming.stateStore.
+        minDeltasForSnapshot`` (frozen in the offsets ``conf``, else Spark's default 10) plus
+        :data:`watermark_ops.core.state.rules.COMPACTION_MARGIN` (5): a maintenance task that runs
+        snapshots once that many deltas follow the last snapshot
+        (:func:`watermark_ops.core.state.rules.compaction_limit`). A number fixes it.
     :ivar max_versions_over_retain: ``state_files_accumulating`` when a store keeps more versions
         than ``minBatchesToRetain`` plus this many (default 20: the maintenance task deletes what a
         snapshot no longer needs, so a healthy store keeps about ``minBatchesToRetain`` plus one
@@ -129,19 +135,24 @@ class StateThresholds:
     """
 
     growing_batches: int | None = 10
-    max_chain: int | None = 20
+    max_chain: int | str | None = "auto"
     max_versions_over_retain: int | None = 20
 
     def __post_init__(self) -> None:
         for item in fields(self):
             value = getattr(self, item.name)
+            if item.name == "max_chain" and isinstance(value, str) and value.strip().lower() == AUTO:
+                object.__setattr__(self, item.name, AUTO)
+                continue
             if isinstance(value, str):
                 value = None if value.strip().lower() == "none" else int(value) if value.strip().isdigit() else value
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ValueError(f"{item.name}: expected a whole number >= 1 or None, got {getattr(self, item.name)!r}")
+                also = " or 'auto'" if item.name == "max_chain" else ""
+                raise ValueError(f"{item.name}: expected a whole number >= 1{also} or None, "
+                                 f"got {getattr(self, item.name)!r}")
             object.__setattr__(self, item.name, value)
 
-    def to_dict(self) -> dict[str, int | None]:
+    def to_dict(self) -> dict[str, int | str | None]:
         """JSON-ready: every threshold by name."""
         return {item.name: getattr(self, item.name) for item in fields(self)}
 

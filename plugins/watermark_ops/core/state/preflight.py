@@ -141,7 +141,7 @@ def _path(location: str, *parts: Any) -> str:
 
 def preflight(checkpoint: Any, state: Any = None, requested_conf: dict[str, str] | None = None,
               spark_version: str | None = None, progress_records: Iterable[dict[str, Any]] = (),
-              max_chain: int | None = 20) -> PreflightReport:
+              max_chain: int | str | None = "auto") -> PreflightReport:
     """The verdict on restarting ``checkpoint`` (module docstring).
 
     :param checkpoint: a whole :class:`~watermark_ops.core.checkpoint.Checkpoint`.
@@ -150,7 +150,9 @@ def preflight(checkpoint: Any, state: Any = None, requested_conf: dict[str, str]
     :param requested_conf: the SQL confs the next run sets (``{key: value}``).
     :param spark_version: the runtime Spark version (``"4.2.0"``); None: not checked.
     :param progress_records: the job's progress records (async progress tracking is recorded there).
-    :param max_chain: ``state_chain_long`` above this many files for one store (None: never).
+    :param max_chain: ``state_chain_long`` above this many files for one store (None: never;
+        ``"auto"``: the checkpoint's ``minDeltasForSnapshot`` plus a margin, as
+        :func:`watermark_ops.core.state.rules.compaction_limit`).
     """
     from watermark_ops.core.rules import BatchRecord, uses_async_progress_tracking
 
@@ -245,8 +247,11 @@ def _log_versions(checkpoint: Any, runtime: tuple[int, int], spark_version: str 
 
 
 def _state_findings(state: Any, conf: dict[str, str], requested: dict[str, str], runtime: tuple[int, int] | None,
-                    spark_version: str | None, max_chain: int | None) -> list[PreflightFinding]:
+                    spark_version: str | None, max_chain: int | str | None) -> list[PreflightFinding]:
+    from watermark_ops.core.state.rules import compaction_limit
+
     out = []
+    limit = compaction_limit(conf, max_chain)
     applied = provider_of_class(conf.get(PROVIDER_CONF)) or next(
         (op.provider for op in state.operators if op.provider), None)
     wants_v2 = requested.get(FORMAT_VERSION_CONF, "").strip() == "2"
@@ -303,7 +308,7 @@ def _state_findings(state: Any, conf: dict[str, str], requested: dict[str, str],
                 f"{op.target_version} through this file (CANNOT_LOAD_STATE_STORE)",
                 f"{_RESTORE}; never truncate or rewrite it by hand. Without a copy: start a new checkpoint and "
                 f"re-read the input", problem.batch_id))
-        if max_chain is not None and op.chain_length > max_chain:
+        if limit is not None and op.chain_length > limit:
             out.append(PreflightFinding(
                 "state_chain_long", "info", op.folder,
                 f"operator {op.operator_id}: the restart replays {op.chain_length} "

@@ -14,8 +14,10 @@ alerts and dashboards key on them) and why they hold:
   batches read while the watermark advanced and nothing was removed: the watermark moves but does
   not evict (a window or delay threshold longer than expected, an event-time column that is not in
   the state key, a bug).
-* ``state_never_compacted`` (warning): a restart must replay more than ``max_chain`` delta or
-  changelog files for one partition and store: no snapshot since. Spark writes snapshots and
+* ``state_never_compacted`` (warning): a restart must replay more delta or changelog files for one
+  partition and store than the checkpoint's maintenance task would ever let accumulate: more than
+  its ``minDeltasForSnapshot`` plus :data:`COMPACTION_MARGIN` (:func:`compaction_limit`), with no
+  snapshot since. Spark writes snapshots and
   deletes old state files only in its maintenance task (``StateStore.MaintenanceTask``), which
   first runs one ``spark.sql.streaming.stateStore.maintenanceInterval`` (default 60 s) after the
   JVM loads its first state store: a driver that lives less than that, an availableNow run per
@@ -36,10 +38,21 @@ from __future__ import annotations
 from typing import Any
 
 from watermark_ops.core.rules import ERROR, WARNING, Finding, unreadable
-from watermark_ops.core.thresholds import DEFAULT_STATE_THRESHOLDS, StateThresholds
+from watermark_ops.core.thresholds import AUTO, DEFAULT_STATE_THRESHOLDS, StateThresholds
 
-__all__ = ["MAINTENANCE_RECIPE", "STATE_RULES", "state_files_accumulating", "state_findings", "state_growing",
-           "state_never_compacted", "state_unbounded"]
+__all__ = ["COMPACTION_MARGIN", "DEFAULT_MIN_DELTAS_FOR_SNAPSHOT", "MAINTENANCE_RECIPE", "MIN_DELTAS_CONF",
+           "STATE_RULES", "compaction_limit", "min_deltas_for_snapshot", "state_files_accumulating",
+           "state_findings", "state_growing", "state_never_compacted", "state_unbounded"]
+
+#: The SQL conf of how many deltas (changelogs) follow a snapshot before the next one.
+MIN_DELTAS_CONF = "spark.sql.streaming.stateStore.minDeltasForSnapshot"
+#: Spark's default of :data:`MIN_DELTAS_CONF` (``SQLConf.STATE_STORE_MIN_DELTAS_FOR_SNAPSHOT``).
+DEFAULT_MIN_DELTAS_FOR_SNAPSHOT = 10
+#: Files beyond ``minDeltasForSnapshot`` a healthy store may still replay: the maintenance task
+#: runs once per ``maintenanceInterval``, so a store whose batches come faster than that reaches a
+#: few more versions before the task snapshots it; a chain longer than both is evidence that the
+#: task never ran on it (5: a minute's interval covers 5 batches of 12 s).
+COMPACTION_MARGIN = 5
 
 #: Every state rule with its severity.
 STATE_RULES: dict[str, str] = {
@@ -110,11 +123,46 @@ def state_growing(state: Any, thresholds: StateThresholds = DEFAULT_STATE_THRESH
     return out
 
 
+def min_deltas_for_snapshot(conf: dict[str, str] | None) -> tuple[int, bool]:
+    """``(minDeltasForSnapshot, frozen)``: the value in the checkpoint's offsets ``conf`` (the head
+    batch's; ``frozen`` True) when it froze one, else Spark's default 10 (``frozen`` False)."""
+    raw = (conf or {}).get(MIN_DELTAS_CONF)
+    if raw is not None and str(raw).strip().isdigit() and int(raw) >= 1:
+        return int(raw), True
+    return DEFAULT_MIN_DELTAS_FOR_SNAPSHOT, False
+
+
+def compaction_limit(conf: dict[str, str] | None, max_chain: int | str | None = AUTO) -> int | None:
+    """The longest chain (delta or changelog files a restart replays for one partition and store)
+    a store whose maintenance task runs can reach; a longer one is ``state_never_compacted``.
+
+    ``max_chain`` a number: that number; None: never. ``"auto"`` (the default): the checkpoint's
+    ``minDeltasForSnapshot`` (:func:`min_deltas_for_snapshot`) plus :data:`COMPACTION_MARGIN`, which
+    is when Spark's maintenance task would have snapshotted it:
+
+    * HDFS-backed provider (``HDFSBackedStateStoreProvider.doMaintenance`` -> ``doSnapshot``): a
+      snapshot once more than ``minDeltasForSnapshot`` delta files follow the last snapshot
+      (``deltaFilesForLastVersion.size > storeConf.minDeltasForSnapshot``);
+    * RocksDB with changelog checkpointing (``RocksDB.shouldCreateSnapshot``, uploaded by the same
+      maintenance task): once ``V - lastSnapshotVersion >= minDeltasForSnapshot``.
+
+    So with Spark's defaults (10 + 5) a chain of 16 files is flagged and one of 12 is not.
+    """
+    if max_chain != AUTO:
+        return max_chain  # type: ignore[return-value]
+    return min_deltas_for_snapshot(conf)[0] + COMPACTION_MARGIN
+
+
 def state_never_compacted(state: Any, thresholds: StateThresholds = DEFAULT_STATE_THRESHOLDS) -> list[Finding]:
-    """Chains longer than ``max_chain`` files for one partition and store."""
-    k = thresholds.max_chain
+    """Chains longer than :func:`compaction_limit` files for one partition and store (the
+    threshold ``max_chain``: ``"auto"`` judges from the checkpoint's ``minDeltasForSnapshot``)."""
+    k = compaction_limit(state.conf, thresholds.max_chain)
     if k is None:
         return []
+    deltas, frozen = min_deltas_for_snapshot(state.conf)
+    why = (f"more than {k}, where Spark snapshots once {deltas} follow the last snapshot "
+           f"(minDeltasForSnapshot {deltas}, {'as the checkpoint froze it' if frozen else 'Spark default'}; "
+           f"margin {COMPACTION_MARGIN})" if thresholds.max_chain == AUTO else f"more than {k}")
     out = []
     for op in state.operators:
         if op.chain_length <= k:
@@ -126,7 +174,8 @@ def state_never_compacted(state: Any, thresholds: StateThresholds = DEFAULT_STAT
         kind = "changelog" if op.changelog else "delta"
         out.append(Finding("state_never_compacted", WARNING, _newest_batch(op), first,
                            f"{_op(op)}: a restart replays {op.chain_length} {kind} files for one partition and store "
-                           f"({op.partitions} partitions x {len(op.stores)} stores): {since}. {MAINTENANCE_RECIPE}"))
+                           f"({op.partitions} partitions x {len(op.stores)} stores), {why}: {since}, so the "
+                           f"maintenance task never ran on it. {MAINTENANCE_RECIPE}"))
     return out
 
 

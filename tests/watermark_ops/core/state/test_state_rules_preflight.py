@@ -62,6 +62,40 @@ def test_state_never_compacted_and_files_accumulating_say_the_fix(tmp_path):
     assert _codes(tmp_path, max_chain=None, max_versions_over_retain=None) == []
 
 
+def _chain(batches: int, conf: dict[str, str] | None = None) -> dict[str, bytes]:
+    files = {**sf.log_files(batches, conf=conf), **sf.aggregation(partitions=1)}
+    for v in range(1, batches + 1):
+        files[f"state/0/0/{v}.delta"] = sf.lz4java(sf.records([(K(v), b"x")]))
+    return files
+
+
+def test_state_never_compacted_fires_on_evidence_of_the_checkpoint_min_deltas_for_snapshot(tmp_path):
+    """Spark snapshots once minDeltasForSnapshot (default 10) deltas follow the last snapshot: a chain
+    beyond it plus the margin (5) is a maintenance task that never ran; 16 is flagged, 12 and 15 not."""
+    from watermark_ops.core.state.rules import compaction_limit
+
+    for n in (12, 15, 16):
+        sf.write(tmp_path / str(n), _chain(n))
+    assert _codes(tmp_path / "12") == [] and _codes(tmp_path / "15") == []
+    assert _codes(tmp_path / "16") == ["state_never_compacted"]
+    (finding,) = state_findings(read_state(str(tmp_path / "16"), progress_records=()))
+    assert "replays 16 delta files" in finding.message and "more than 15" in finding.message
+    assert "minDeltasForSnapshot 10, Spark default" in finding.message
+    # a checkpoint that froze its own minDeltasForSnapshot is judged by it
+    sf.write(tmp_path / "frozen", _chain(12, conf={"spark.sql.streaming.stateStore.minDeltasForSnapshot": "4"}))
+    (finding,) = state_findings(read_state(str(tmp_path / "frozen"), progress_records=()))
+    assert "more than 9" in finding.message and "as the checkpoint froze it" in finding.message
+    # a number given fixes the limit; none disables the rule
+    assert _codes(tmp_path / "12", max_chain=11) == ["state_never_compacted"]
+    assert _codes(tmp_path / "16", max_chain="none") == []
+    assert compaction_limit({}) == 15 and compaction_limit({}, 30) == 30 and compaction_limit({}, None) is None
+    # the preflight's state_chain_long (info) follows the same evidence
+    report = preflight(read_checkpoint(str(tmp_path / "16")), read_state(str(tmp_path / "16"), progress_records=()))
+    assert "state_chain_long" in [f.code for f in report.findings]
+    report = preflight(read_checkpoint(str(tmp_path / "12")), read_state(str(tmp_path / "12"), progress_records=()))
+    assert "state_chain_long" not in [f.code for f in report.findings]
+
+
 def test_an_unbounded_operator_and_an_unreadable_state_file(tmp_path):
     files = {**sf.log_files(2), **sf.aggregation(name="dedupe", watermarked=False)}
     files["state/0/0/1.delta"] = files["state/0/1/1.delta"] = sf.lz4java(sf.records([(K(1), b"x")]))
@@ -75,6 +109,8 @@ def test_an_unbounded_operator_and_an_unreadable_state_file(tmp_path):
 def test_state_thresholds_round_trip_and_refuse_bad_values():
     t = StateThresholds(growing_batches="4", max_chain="none")
     assert StateThresholds.from_dict(t.to_dict()) == t and t.max_chain is None
+    assert StateThresholds().max_chain == "auto" == StateThresholds(max_chain="AUTO").max_chain
+    assert StateThresholds.from_dict(StateThresholds().to_dict()) == StateThresholds()
     for bad in ({"growing_batches": 0}, {"max_chain": -1}, {"max_chain": True}):
         with pytest.raises(ValueError):
             StateThresholds(**bad)
