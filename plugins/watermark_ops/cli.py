@@ -9,6 +9,7 @@ Subcommands (this module owns every one of them: arguments here, the work in
                          [--max-partition-skew PT2H|none]
     watermark-ops lateness CHECKPOINT [--json] [--landing DIR ...] [--event-time-field F] [--arrival-field F]
     watermark-ops late CHECKPOINT [--json] [--sink DIR] [--batch N ...]
+    watermark-ops corrections CHECKPOINT [--json]
     watermark-ops accept-reset CHECKPOINT --why TEXT --state FILE [--by NAME] [--json]
     watermark-ops state CHECKPOINT [--json] [--min-batches-to-retain N] [--growing-batches N] [--max-chain N]
     watermark-ops preflight CHECKPOINT [--conf KEY=VALUE ...] [--spark-version X] [--json]
@@ -57,6 +58,15 @@ every batch was replayed, or when the batches left out only lack a progress reco
 batch could be replayed (the message says why, e.g. no progress record with a ``late_rule``: the
 job does not use the recorder), when a file it needs cannot be read (the message names it) or a
 source cannot be replayed (not a file source).
+
+With an allowed lateness (the checkpoint's ``<checkpoint>.corrections.jsonl`` holds corrections),
+``lateness`` and ``late`` split the late rows into recovered (a correction holds them) and dropped
+for good (text lines after their tables; JSON ``rows_late_recovered``, ``rows_late_dropped``,
+``corrections`` per run, and ``corrections`` in ``late --json``). ``corrections`` lists the
+corrections (:func:`watermark_ops.core.ledger.corrections.read_corrections`: each run's newest
+write, in the order made): window (UTC), keys, emitted → corrected per value column, late rows,
+run; ``--json``: ``{"corrections": [{"window_start_ms", "window_end_ms", "keys", "emitted",
+"corrected", "late_rows", "run", "batch_id"}]}``. Exit 0, also with none; 2 when the log cannot be read.
 
 ``accept-reset`` records in the state file (``--state``, also ``--memory``; the file ``audit
 --state`` uses) that the checkpoint was reset on purpose: the remembered query id replaced by
@@ -126,6 +136,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
          _lateness_arguments, _lateness),
         ("late", "every row the watermark dropped, recovered from the checkpoint and the landed files",
          _late_arguments, _late),
+        ("corrections", "the windows an allowed lateness corrected: what the sink held, the result over every row, "
+                        "the late rows recovered", _corrections_arguments, _corrections),
         ("accept-reset", "record that a checkpoint was reset on purpose, so the next audit accepts its new query id",
          _accept_reset_arguments, _accept_reset),
         *_state_subcommands(),
@@ -467,7 +479,11 @@ def _lateness(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report.to_dict(), indent=2, sort_keys=True))
     else:
-        render.print_lateness_report(report, render.terminal_console())
+        from watermark_ops.render_corrections import print_run_recovery
+
+        console = render.terminal_console()
+        render.print_lateness_report(report, console)
+        print_run_recovery(report.to_dict()["runs"], console)
     return 0
 
 
@@ -492,15 +508,23 @@ def _late(args: argparse.Namespace) -> int:
         sink_options = args.where["storage_options"] if args.sink and "://" in args.sink else None
         written = write_late_rows(ledger, args.sink, filesystem=filesystem_for(args.sink, args.where["filesystem"]),
                                   storage_options=sink_options) if args.sink else []
+        from watermark_ops.core.ledger.corrections import read_corrections
+        from watermark_ops.render_corrections import late_recovery_document, print_late_recovery
+
+        recovery = late_recovery_document(ledger, read_corrections(args.checkpoint, **args.where)[0])
     except (LedgerError, OSError) as exc:
         print(f"watermark-ops late: {exc}", file=sys.stderr)
         return 2
     if args.json:
         document = ledger.to_dict(rows=True)
         document["sink_files"] = written
+        if recovery is not None:  # an allowed lateness: the late rows split by the corrections
+            document["corrections"] = recovery
         print(json.dumps(document, indent=2, sort_keys=True))
     else:
-        render.print_late_ledger(ledger, render.terminal_console())
+        console = render.terminal_console()
+        render.print_late_ledger(ledger, console)
+        print_late_recovery(recovery, console)
         if written:
             print(f"wrote {len(written)} files to {args.sink}")
     if ledger.complete:
@@ -527,3 +551,30 @@ def _late(args: argparse.Namespace) -> int:
     return 0 if not others and not ledger.not_replayable and ledger.found else 2
 
 
+
+
+# --------------------------------------------------------------------------------------------
+# corrections (an allowed lateness's recovered late rows)
+
+
+def _corrections_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("checkpoint", help="checkpoint location (its corrections log is <checkpoint>.corrections.jsonl)")
+    parser.add_argument("--json", action="store_true", help="print the corrections as one JSON object")
+
+
+def _corrections(args: argparse.Namespace) -> int:
+    from watermark_ops.core.ledger.corrections import read_corrections
+    from watermark_ops.render_corrections import corrections_document, print_corrections
+
+    try:
+        corrections, problems = read_corrections(args.checkpoint, **args.where)
+    except OSError as exc:
+        print(f"watermark-ops corrections: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(corrections_document(corrections)))
+        for problem in problems:
+            print(f"watermark-ops corrections: not used: {problem}", file=sys.stderr)
+    else:
+        print_corrections(corrections, render.terminal_console(), checkpoint=args.checkpoint, problems=problems)
+    return 0

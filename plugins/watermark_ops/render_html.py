@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from watermark_ops.core.times import duration_words, iso_utc
 from watermark_ops.render import signed_duration
+from watermark_ops.render_corrections import CORRECTIONS_HTML
 
 __all__ = ["checkpoint_page", "error_page", "overview_page", "state_chart_svg", "watermark_chart_svg"]
 
@@ -133,10 +134,11 @@ _CHECKPOINT = """{% extends "layout" %}{% block body %}
 {% if d.runs %}{% if first_run %}<p class="muted" id="runs-note">Showing the newest {{ runs|length }} of {{ d.runs|length }} runs.</p>{% endif %}<table id="runs"><tr><th>run</th><th>tag</th><th>started (UTC)</th><th>batches</th><th>input rows</th><th>late rows (ledger)</th><th>drop rate (late rows / input rows)</th><th>late partial aggregates (Spark)</th></tr>
 {% for run in runs %}<tr><td class="num">{{ first_run + loop.index }}</td><td><code>{{ run.run_tag or run.run_id[:8] }}</code></td><td>{{ iso(run.started_ms) or '-' }}</td>
 <td>{% if run.batch_ids %}{{ run.batch_ids[0] }}–{{ run.batch_ids[-1] }}{% else %}none{% endif %}</td>
-<td class="num">{{ run.input_rows }}</td><td class="num ledger">{{ run.rows_late if run.rows_late is not none else 'unknown' }}</td><td class="num">{{ percent(run.drop_rate) if run.rows_late is not none else 'unknown' }}</td><td class="num spark">{{ run.late_partial_aggregates_spark }}</td></tr>
+<td class="num">{{ run.input_rows }}</td><td class="num ledger">{{ run.rows_late if run.rows_late is not none else 'unknown' }}{% if run.get('rows_late_recovered') is not none %}<br><span class="muted recovered">{{ run.rows_late_recovered }} recovered, {{ run.rows_late_dropped }} dropped</span>{% endif %}</td><td class="num">{{ percent(run.drop_rate) if run.rows_late is not none else 'unknown' }}</td><td class="num spark">{{ run.late_partial_aggregates_spark }}</td></tr>
 {% endfor %}</table>{% set unknown = runs|selectattr('rows_late', 'none')|list %}{% if unknown %}<ul id="runs-unknown">{% for reason, group in unknown|groupby('late_rows_unknown_reason', default='not read') %}<li class="warn-text">Late rows unknown (never 0) for {{ 'run' if group|length == 1 else 'runs' }} {% for run in group %}<code>{{ run.run_tag or run.run_id[:8] }}</code>{{ ', ' if not loop.last }}{% endfor %}: {{ reason }}</li>{% endfor %}</ul>{% endif %}<p class="muted" id="runs-legend">{% if d.late_sink %}Late rows: every row the run's batches dropped, from the late-row ledger's sink <code>{{ d.late_sink }}</code> (<code>batch=N.jsonl</code>); unknown where a run's batches have no file.{% else %}Late rows: from the launcher's Spark replay of the job's own parsing where there is one; unknown otherwise (no late-row sink is known for this checkpoint).{% endif %}
 The drop rate is late rows over input rows. Spark's count (<code>numRowsDroppedByWatermark</code>, from <code>{{ d.progress_log }}</code>) is taken after partial aggregation: for an aggregation it counts late partial aggregates, not rows.</p>
 {% else %}<p class="muted">No progress records in <code>{{ d.progress_log }}</code>.</p>{% endif %}
+{% include "corrections" %}
 
 <h2>Delay-threshold advice</h2>
 {% if d.advice %}{% for item in d.advice %}<table class="advice"><tr><th colspan="3">Event time: <code class="event-time-field">{{ item.event_time_field }}</code> — {% if item.source == 'spark_replay' %}the rows the job's own parsing made, replayed in Spark{% else %}landing <code>{{ item.landing }}</code>{% endif %}</th></tr>
@@ -205,7 +207,8 @@ def _environment():
 
     env = Environment(loader=DictLoader({"layout": _LAYOUT, "overview": _OVERVIEW, "checkpoint": _CHECKPOINT,
                                          "error": _ERROR, "state": _STATE, "state_cell": _STATE_CELL,
-                                         "restart": _RESTART, "restart_badge": _RESTART_BADGE}),
+                                         "restart": _RESTART, "restart_badge": _RESTART_BADGE,
+                                         "corrections": CORRECTIONS_HTML}),
                       autoescape=True, undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.globals.update(
         css=_CSS, iso=iso_utc, words=_words, percent=_percent,
@@ -269,11 +272,12 @@ def checkpoint_page(detail: dict[str, Any], *, base: str, json_url: str, runs_li
     """A checkpoint's page (:func:`watermark_ops.core.overview.checkpoint_detail`'s dict): head,
     state and reasons, the chart, the audit's findings with their files, late rows per run (the
     newest ``runs_limit``: Spark's late-group count beside the late-row ledger's rows, "—"
-    without a sink), advice."""
+    without a sink; with corrections, the late rows recovered and dropped for good), the corrections
+    (window UTC, keys, emitted → corrected, late rows, run), advice."""
     classification = detail.get("classification")
     return _environment().get_template("checkpoint").render(
         title=f"Watermark of {detail['name']}", d=detail, s=detail["status"], c=classification, base=base,
-        json_url=json_url, runs_limit=runs_limit, findings_limit=FINDINGS_LIMIT, chart=watermark_chart_svg(detail["chart"], detail["status"].get("in_flight_batch")),
+        json_url=json_url, runs_limit=runs_limit, findings_limit=FINDINGS_LIMIT, corrections_limit=RUNS_LIMIT * 5, chart=watermark_chart_svg(detail["chart"], detail["status"].get("in_flight_batch")),
         state_chart=state_chart_svg(detail.get("state_store"), detail["chart"]))
 
 

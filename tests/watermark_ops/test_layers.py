@@ -22,10 +22,11 @@ PACKAGE = Path(watermark_ops.__file__).resolve().parent
 ALLOWED = {
     "core": {"core"},
     "render": {"core"},
-    "render_html": {"core", "render"},
+    "render_html": {"core", "render", "render_corrections"},
+    "render_corrections": {"core"},  # the corrections' tables, JSON and page section
     "render_state": {"core", "render"},
     # the CLI imports airflow.storage lazily, only for --conn-id (an Airflow connection)
-    "cli": {"core", "render", "airflow", "state_cli"},
+    "cli": {"core", "render", "render_corrections", "airflow", "state_cli"},
     "state_cli": {"core", "render", "render_state"},  # the state and preflight subcommands
     "__main__": {"cli"},
     "airflow": {"core", "render", "render_html", "render_state"},  # render_state: the run pattern's state/preflight XComs

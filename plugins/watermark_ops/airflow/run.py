@@ -394,7 +394,8 @@ def watermarked_run(
         def late_ledger(checkpoint: str, quarantine_checkpoint: str | None, landings: list[str],
                         late_sink: str | None, run_id=None) -> dict:
             """Every row this run's batches dropped as late, recovered from the checkpoint and the landed
-            files (Spark counts only late groups); ``balanced``: rows in = aggregated + late + quarantined.
+            files (Spark counts only late groups); ``balanced``: rows in = aggregated + late + quarantined;
+            with an allowed lateness, late = recovered (corrected) + dropped for good (``balance`` logged).
             Registers the checkpoint with its landing folders and ledger sink (the UI and the monitor list it)."""
             from airflow.sdk import get_current_context
 
@@ -402,7 +403,9 @@ def watermarked_run(
             from watermark_ops.core.ledger import reconcile_run
 
             register_checkpoint(get_current_context(), checkpoint, landings=landings, late_sink=late_sink)
-            return reconcile_run(checkpoint, run_id, quarantine_checkpoint, sink=late_sink)
+            run = reconcile_run(checkpoint, run_id, quarantine_checkpoint, sink=late_sink)
+            logging.getLogger(__name__).info("run %s: %s", run_id, run["balance"])
+            return run
 
         @task(task_id=ids["check"])
         def check_run(run: dict) -> dict:

@@ -398,6 +398,8 @@ class LatenessReport:
     :ivar late_rows_unknown_reason: why some runs' late rows are unknown (their batches the ledger
         could not replay, each problem once with its batch range), None when every run's are known
         or the ledger was not read.
+    :ivar recovered: per run (as :attr:`runs`), ``{"rows_late_recovered", "rows_late_dropped",
+        "corrections"}`` from the corrections log; empty without one.
     """
 
     checkpoint: str
@@ -407,15 +409,18 @@ class LatenessReport:
     targets: tuple[float, ...] = DEFAULT_TARGETS
     problems: tuple[str, ...] = ()
     late_rows_unknown_reason: str | None = None
+    recovered: tuple[dict[str, Any], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready ``{"checkpoint", "progress_log", "runs": [RunDrops.to_dict()],
         "inputs": [LandedLateness.summary()], "problems": [str], "late_rows_unknown_reason"}`` (the
-        DAG pushes it to XCom)."""
+        DAG pushes it to XCom); with an allowed lateness (:attr:`recovered`), each run also has
+        ``rows_late_recovered``, ``rows_late_dropped`` and ``corrections``."""
         return {
             "checkpoint": self.checkpoint,
             "progress_log": self.progress_log,
-            "runs": [run.to_dict() for run in self.runs],
+            "runs": [{**run.to_dict(), **(self.recovered[i] if self.recovered else {})}
+                     for i, run in enumerate(self.runs)],
             "inputs": [item.summary(self.targets) for item in self.inputs],
             "problems": list(self.problems),
             "late_rows_unknown_reason": self.late_rows_unknown_reason,
@@ -552,6 +557,7 @@ def lateness_report(checkpoint: str, landings: Iterable[str] = (), targets: Iter
         runs = with_rows_late(runs, replayed, reason_of)
         missing = sorted({b for run in runs for b in run.batch_ids if b not in replayed})
         unknown = reason_of(missing) if missing else None
+        recovered = _recovered(checkpoint, runs, ledger, where)
     return LatenessReport(
         checkpoint=str(checkpoint),
         progress_log=log_path,
@@ -560,4 +566,19 @@ def lateness_report(checkpoint: str, landings: Iterable[str] = (), targets: Iter
         targets=tuple(targets),
         problems=tuple(progress.problems) + tuple(problems),
         late_rows_unknown_reason=unknown,
+        recovered=recovered if rows and runs else (),
     )
+
+
+def _recovered(checkpoint: str, runs: list[RunDrops], ledger: Any, where: dict[str, Any]) -> tuple[dict, ...]:
+    """Per run, its late rows split by the corrections log (:func:`watermark_ops.core.ledger.recovered.recovery`);
+    empty without one (no allowed lateness)."""
+    from watermark_ops.core.ledger.corrections import read_corrections
+    from watermark_ops.core.ledger.recovered import recovery
+
+    corrections, _ = read_corrections(checkpoint, **where)
+    if not corrections:
+        return ()
+    by_batch = {b.batch_id: b.late_rows for b in ledger.batches if b.replayed}
+    return tuple(recovery([r for b in run.batch_ids for r in by_batch[b]] if run.rows_late is not None else None,
+                          corrections, run.run_tag) for run in runs)

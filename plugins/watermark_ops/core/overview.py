@@ -257,6 +257,7 @@ def _ledger_rows(late_sink: str, runs: list[dict[str, Any]], limit: int, problem
     found = 0
     for run in shown:
         total = None
+        late: list[dict[str, Any]] = []
         for batch_id in run["batch_ids"]:
             raw = content(paths[batch_id])
             if isinstance(raw, FileNotFoundError):
@@ -276,12 +277,14 @@ def _ledger_rows(late_sink: str, runs: list[dict[str, Any]], limit: int, problem
                     row = None
                 if isinstance(row, dict):
                     rows += 1
+                    late.append(row)
                 else:
                     bad += 1
             if bad:
                 problems.append(f"late-row sink file {file}: {bad} line(s) are not a JSON object (not counted)")
             total = (total or 0) + rows
         run["rows_late"] = total
+        run["_late"] = late if total is not None else None
         if total is None:
             run["late_rows_unknown_reason"] = (f"no batch=<N>.jsonl in the late-row sink {late_sink} for "
                                                f"{batches_text(run['batch_ids'])}: the ledger did not replay them (or "
@@ -320,7 +323,10 @@ def checkpoint_detail(location: str, thresholds: Thresholds, *, name: str | None
         "batch_id", "file", "message"}]}, "chart": {"total", "shown", "limit",
         "first_shown_batch_id", "points": [{"batch_id", "watermark_ms", "timestamp_ms",
         "next_watermark_ms", "committed", "regressed", "run_start"}], "restarts": [{"batch_id",
-        "run", "run_tag", "run_id"}]}, "runs": [RunDrops.to_dict()], "late_sink": str | None,
+        "run", "run_tag", "run_id"}]}, "runs": [RunDrops.to_dict(), with ``rows_late_recovered``,
+        ``rows_late_dropped`` and ``corrections`` when the checkpoint has corrections], "late_sink": str | None,
+        "corrections": [correction's public fields, in the order made
+        (:func:`watermark_ops.core.ledger.recovered.public_correction`)],
         "advice": [LandedLateness summaries], "advice_why": [why an input has no advice, in the job's
         terms], "problems": [str], "state_store": the state summary with each operator's rows over the
         chart's batch ids, "preflight": the restart preflight, "diagnosis": the last refused restart's | None}``
@@ -351,6 +357,7 @@ def checkpoint_detail(location: str, thresholds: Thresholds, *, name: str | None
         run["late_rows_known"] = run["rows_late"] is not None
         if run["late_rows_known"]:
             run["late_rows_unknown_reason"] = None
+    corrections = _corrections(location, runs, problems, filesystem, storage_options)
     regressed = {f.batch_id for f in report.findings if f.rule == "watermark_regressed" and f.batch_id is not None}
     advice_why: list[str] = []
     advice = _advice(location, list(landings), progress.records if progress is not None else [], advice_why,
@@ -375,12 +382,33 @@ def checkpoint_detail(location: str, thresholds: Thresholds, *, name: str | None
         "chart": chart,
         "runs": runs,
         "late_sink": late_sink or None,
+        "corrections": corrections,
         "progress_log": progress_log_path(checkpoint.location),
         "advice": advice,
         "advice_why": advice_why,
         "problems": problems,
         **state,
     }
+
+
+def _corrections(location: str, runs: list[dict[str, Any]], problems: list[str], filesystem: Any,
+                 storage_options: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The checkpoint's corrections (each run's newest write, in the order made, their public fields)
+    and, with any, each run's late rows split into recovered and dropped for good
+    (:mod:`watermark_ops.core.ledger.recovered`); the rows the runs carried (``_late``) are dropped."""
+    from watermark_ops.core.ledger.corrections import read_corrections
+    from watermark_ops.core.ledger.recovered import public_correction, recovery
+
+    try:
+        corrections, bad = read_corrections(location, filesystem=filesystem, storage_options=storage_options)
+    except OSError as exc:
+        corrections, bad = [], [f"the corrections log of {location} cannot be read: {exc!r}"]
+    problems.extend(bad)
+    for run in runs:
+        late = run.pop("_late", None)
+        if corrections:
+            run.update(recovery(late if run["rows_late"] is not None else None, corrections, run.get("run_tag")))
+    return [public_correction(c) for c in corrections]
 
 
 def _state_part(location: str, checkpoint, progress, chart: dict[str, Any], thresholds: Any, filesystem: Any,
@@ -449,6 +477,7 @@ def _replayed_rows(location: str, query_id: str | None, runs: list[dict[str, Any
                                                f"replay records ({replay_log_path(location)})")
         elif not missing and not inexact:  # every batch of the run replayed exactly: the run's figure
             run["rows_late"] = sum(len(records[b]["late_rows"]) for b in run["batch_ids"])
+            run["_late"] = [row for b in run["batch_ids"] for row in records[b]["late_rows"]]
         elif missing:
             run["late_rows_unknown_reason"] = (f"{batches_text(missing)}: no Spark replay record in "
                                                f"{replay_log_path(location)} and no late-row sink is known for this "

@@ -16,6 +16,8 @@ checkpoint and the landing folder keep, without touching the job's plan. One con
 * :mod:`~watermark_ops.core.ledger.model`: the values (:class:`LateRow`, :class:`BatchLedger`, :class:`LateLedger`);
 * :mod:`~watermark_ops.core.ledger.sink`: the late-row sink, one run's balance (:func:`reconcile_run`)
   and its check (:func:`judge_run`: quarantine, late rows unknown);
+* :mod:`~watermark_ops.core.ledger.corrections` and :mod:`~watermark_ops.core.ledger.recovered`: with
+  an allowed lateness, the corrections log and which late rows it recovered;
 * :mod:`~watermark_ops.core.ledger.unknown`: when the late rows cannot be known (a batch not
   replayed: every face says *unknown*, never 0), and each repeated problem once with its batch range.
 
@@ -48,6 +50,7 @@ from watermark_ops.core.ledger.rule import (
 )
 from watermark_ops.core.ledger.sink import (
     DEFAULT_MAX_QUARANTINE_RATE,
+    balance_line,
     judge_run,
     quarantine_check,
     reconcile_run,
@@ -72,6 +75,7 @@ __all__ = [
     "LateWatermarkRule",
     "LedgerError",
     "ReplayRow",
+    "balance_line",
     "classify_line",
     "group_problems",
     "id_ranges",

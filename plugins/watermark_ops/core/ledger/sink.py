@@ -21,14 +21,16 @@ import uuid
 from typing import Any
 
 from watermark_ops.core.checkpoint import filesystem_for
+from watermark_ops.core.ledger.corrections import read_corrections
 from watermark_ops.core.ledger.model import LateLedger
+from watermark_ops.core.ledger.recovered import recovery
 from watermark_ops.core.ledger.replay import late_ledger
 from watermark_ops.core.ledger.rule import LedgerError
 from watermark_ops.core.ledger.unknown import problem_lines
 from watermark_ops.core.progress import run_report
 
-__all__ = ["DEFAULT_MAX_QUARANTINE_RATE", "judge_run", "quarantine_check", "reconcile_run", "unknown_late_warning",
-           "with_ledger_rows", "write_late_rows"]
+__all__ = ["DEFAULT_MAX_QUARANTINE_RATE", "balance_line", "judge_run", "quarantine_check", "reconcile_run",
+           "unknown_late_warning", "with_ledger_rows", "write_late_rows"]
 
 #: The share of a run's input rows that may be set aside before the run fails its check.
 DEFAULT_MAX_QUARANTINE_RATE = 0.5
@@ -98,6 +100,11 @@ def reconcile_run(checkpoint: str, run_tag: str, quarantine_checkpoint: str | No
     ``late_by_partition`` and ``worst_late_by_ms`` are None, never 0, ``late_rows_known`` is false
     and ``late_rows_unknown_reason`` says which batches and why.
 
+    With an allowed lateness (the checkpoint's corrections log holds a correction,
+    :mod:`watermark_ops.core.ledger.recovered`), the late rows split: ``rows_late`` =
+    ``rows_late_recovered`` (a standing correction holds them) + ``rows_late_dropped`` (dropped for
+    good), and ``corrections`` counts the run's corrections; without a corrections log the three are None.
+
     :param sink: when given, the late rows are written there (:func:`write_late_rows`).
     :param filesystem: / storage_options: how to reach the checkpoint, its logs and landed files.
     :return: ``{"run_tag", "batch_ids", "rows_in", "rows_aggregated", "rows_late", "rows_quarantined",
@@ -107,7 +114,9 @@ def reconcile_run(checkpoint: str, run_tag: str, quarantine_checkpoint: str | No
         "late_by_batch", "late_by_partition" (by the job's partition column), "worst_late_by_ms", "replayed_by",
         "ledger_rows_read", "ledger_quarantined", "complete", "late_rows_known" (= complete),
         "late_rows_unknown_reason": str | None, "batches_not_replayed": [id], "problems": [str] (a
-        problem repeated per batch once, with its batch range), "not_replayable", "sink_files": [str]}``.
+        problem repeated per batch once, with its batch range), "not_replayable", "sink_files": [str],
+        "rows_late_recovered": int | None, "rows_late_dropped": int | None, "corrections": int | None,
+        "balance": str (:func:`balance_line`)}``.
     :raises OSError: when a progress log or the sink cannot be read or written.
     """
     report = run_report(checkpoint, run_tag, quarantine_checkpoint, filesystem=filesystem,
@@ -120,7 +129,8 @@ def reconcile_run(checkpoint: str, run_tag: str, quarantine_checkpoint: str | No
         quarantined, by_reason, source = report["quarantined_rows"], report["quarantined_by_reason"], "quarantine_query"
     else:
         quarantined, by_reason, source = totals["rows_quarantined"], totals["quarantined_by_reason"], "ledger"
-    return {
+    corrections, bad = read_corrections(checkpoint, filesystem=filesystem, storage_options=storage_options)
+    run = {
         "run_tag": run_tag,
         "batch_ids": report["batch_ids"],
         "rows_in": rows_in,
@@ -148,7 +158,30 @@ def reconcile_run(checkpoint: str, run_tag: str, quarantine_checkpoint: str | No
         "not_replayable": list(ledger.not_replayable),
         "sink_files": write_late_rows(ledger, sink, filesystem=filesystem_for(sink, filesystem),
                                       storage_options=storage_options) if sink else [],
+        **recovery(ledger.late_rows if known else None, corrections, run_tag),
     }
+    run["problems"] += bad
+    run["balance"] = balance_line(run)
+    return run
+
+
+def balance_line(run: dict[str, Any]) -> str:
+    """One run's balance in words, e.g. ``"948 = 890 aggregated + 48 late (30 recovered by 12
+    corrections, 18 dropped for good) + 10 set aside: balanced"`` (the split only with an allowed
+    lateness; ``unknown`` for late rows not known).
+
+    :param run: :func:`reconcile_run`'s result.
+    """
+    late = ("unknown" if run.get("rows_late") is None else str(run["rows_late"])) + " late"
+    if run.get("rows_late_recovered") is not None:
+        count = run.get("corrections") or 0
+        late += (f" ({run['rows_late_recovered']} recovered by {count} correction{'' if count == 1 else 's'}, "
+                 f"{run['rows_late_dropped']} dropped for good)")
+    aggregated = "unknown" if run.get("rows_aggregated") is None else str(run["rows_aggregated"])
+    verdict = "balanced" if run.get("balanced") else "late rows unknown" if not run.get("late_rows_known", True) \
+        else "NOT balanced"
+    return (f"{run.get('rows_in')} = {aggregated} aggregated + {late} + {run.get('rows_quarantined')} "
+            f"set aside: {verdict}")
 
 
 def with_ledger_rows(report: dict[str, Any], ledger: LateLedger | None) -> dict[str, Any]:
