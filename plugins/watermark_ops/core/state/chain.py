@@ -18,9 +18,18 @@ is what every restart pays, per partition and store, until the maintenance task 
 
 Rows are counted exactly without decoding a row: replaying the base snapshot's records and each
 later delta by key bytes (a removal is a tombstone, ``valueLen -1``) gives the number of keys after
-every version; a RocksDB zip carries ``numKeys``. A RocksDB changelog chain whose base is a zip
-cannot be replayed by key (the zip's keys are in SST files): its counts are known at the zip
-versions only, unless every changelog since version 1 is still on disk.
+every version; a RocksDB zip carries ``numKeys``.
+
+A RocksDB changelog chain whose base is a zip ``<S>.zip``: the zip's keys are in SST files, which
+are not decoded here, but every ``<V>.changelog`` records every put and delete of its version
+(``StateStoreChangelogWriter``, written by ``RocksDB.put`` / ``RocksDB.remove``), so the keys held
+at S are known from the changelogs before it (:func:`snapshot_keys`): the changelogs ``B+1..S``
+still on disk replayed by key give the keys *known* to be held at S (put and not deleted since);
+when they are as many as the zip's ``numKeys`` (always so when ``B`` is 0, every changelog since
+version 1 on disk, which Spark keeps for ``minBatchesToRetain`` versions), they are all of them,
+and the changelogs after S are replayed from that set: rows at every version are exact (rows(V) =
+``numKeys(S)`` + keys put after S that S did not hold − keys of S deleted after S). Otherwise the
+rows are known at the zip versions only, and :attr:`StoreChain.count_note` says why.
 
 Pure core: imports neither Airflow nor Spark.
 """
@@ -40,7 +49,8 @@ from watermark_ops.core.state.files import (
     rocksdb_zip_metadata,
 )
 
-__all__ = ["DataFile", "StoreChain", "list_store", "plan_chain", "sized_listing"]
+__all__ = ["DataFile", "StoreChain", "base_changelogs", "count_rows", "list_store", "plan_chain", "sized_listing",
+           "snapshot_keys"]
 
 
 @dataclass(frozen=True)
@@ -72,6 +82,7 @@ class StoreChain:
     :ivar problems: files that could not be read (each names its file): a truncated or corrupt
         file the load needs is also the reason a restart fails.
     :ivar sst_bytes: bytes of the RocksDB ``SSTs/`` folder.
+    :ivar count_note: why the rows after a RocksDB base zip are not known at every version, else None.
     """
 
     partition: int
@@ -88,6 +99,7 @@ class StoreChain:
     sst_bytes: int = 0
     sst_names: set[str] | None = None
     needed_zip: DataFile | None = None
+    count_note: str | None = None
     internal: str = ""  # the folder as the storage reads it (``folder`` is how it is shown)
 
     @property
@@ -213,6 +225,46 @@ def plan_chain(chain: StoreChain, target_version: int | None, unique_ids: dict[i
             chain.replay.append(step)
 
 
+def base_changelogs(chain: StoreChain) -> list[DataFile]:
+    """The changelogs up to a RocksDB changelog chain's base zip S, oldest first: ``<B+1..S>.changelog``,
+    the longest unbroken run on disk ending at S (B is 0 when every one since version 1 is there);
+    [] for any other chain. Their records give the keys the zip holds (:func:`snapshot_keys`)."""
+    if not chain.changelog or not chain.base_version:
+        return []
+    out = []
+    for version in range(chain.base_version, 0, -1):
+        step = _file(chain, version, "changelog")
+        if step is None:
+            break
+        out.append(step)
+    return out[::-1]
+
+
+def snapshot_keys(changes: list[list[Any]], first_version: int, num_keys: int | None) -> set[bytes] | None:
+    """The keys a RocksDB snapshot holds, from the changelogs that led to it, or None when they
+    cannot be known.
+
+    :param changes: the records of changelogs ``first_version..S`` in order (one list per version;
+        a record's ``value`` None is a delete).
+    :param first_version: the version of the first list: 1 means every changelog since the empty
+        store, so the keys replayed are all the keys.
+    :param num_keys: the zip's ``numKeys`` (``RocksDBCheckpointMetadata``), None if unread.
+    :return: the set of keys put and not deleted since (bytes, as ``UnsafeRow`` keys are stored),
+        when it is complete: replayed from version 1 (and, with ``num_keys``, as many), or as many
+        as ``num_keys`` (every key of the snapshot was written after ``first_version - 1``); else None.
+    """
+    keys: set[bytes] = set()
+    for records in changes:
+        for record in records:
+            if record.value is None:
+                keys.discard(record.key)
+            else:
+                keys.add(record.key)
+    if num_keys is None:
+        return keys if first_version == 1 else None
+    return keys if len(keys) == num_keys else None
+
+
 def count_rows(chain: StoreChain, content: Any, history_zips: list[DataFile]) -> None:
     """Count the rows of a planned store from the file contents read (``content(path) -> bytes |
     Exception``, paths as shown): fills ``rows``, ``removed`` and ``problems``.
@@ -220,8 +272,10 @@ def count_rows(chain: StoreChain, content: Any, history_zips: list[DataFile]) ->
     * HDFS: the base snapshot's records, then each delta of the chain; rows after every version.
     * RocksDB zips: ``numKeys`` of each zip in ``history_zips`` (the needed one included); also
       checks that the SST files the needed zip names are in ``SSTs/``.
-    * RocksDB changelogs: replayed from empty when the chain starts at version 0 (every changelog
-      on disk); else the zip versions' ``numKeys`` only (the zip's keys cannot be replayed).
+    * RocksDB changelogs: replayed from empty when the chain starts at version 0; after a base zip,
+      from the zip's keys as the changelogs before it give them (:func:`snapshot_keys`, read from
+      :func:`base_changelogs`), so rows are exact at every version; when they cannot give them,
+      the zip versions' ``numKeys`` only and ``count_note`` says why.
     """
     def raw_of(data_file: DataFile) -> bytes | None:
         raw = content(data_file.path)
@@ -269,6 +323,8 @@ def count_rows(chain: StoreChain, content: Any, history_zips: list[DataFile]) ->
                 chain.rows[chain.base_version] = len(keys)
     elif chain.changelog and chain.base_version == 0:
         keys = set()
+    elif chain.changelog:
+        keys = _zip_keys(chain, raw_of, problem)
     expected = (chain.base_version or 0) + 1
     for step in chain.replay:
         raw = raw_of(step)
@@ -295,3 +351,44 @@ def count_rows(chain: StoreChain, content: Any, history_zips: list[DataFile]) ->
         chain.rows[step.version] = len(keys)
         chain.removed[step.version] = removed
         expected += 1
+
+
+def _zip_keys(chain: StoreChain, raw_of: Any, problem: Any) -> set[bytes] | None:
+    """The keys of a changelog chain's base zip from the changelogs before it (:func:`snapshot_keys`);
+    rows at those versions too when they start from version 1. None, with ``count_note``, otherwise."""
+    base = chain.base_version
+    steps = base_changelogs(chain)
+    changes = []
+    for step in steps:
+        raw = raw_of(step)
+        if raw is None:
+            break
+        try:
+            changes.append(changelog_records(raw)[2])
+        except StateFileError as err:
+            problem(step, err)
+            break
+    num_keys = chain.rows.get(base)
+    first = steps[0].version if steps else base + 1
+    keys = snapshot_keys(changes, first, num_keys) if len(changes) == len(steps) and steps else None
+    if keys is None:
+        reason = ("no changelog before it is on disk" if not steps else
+                  "a changelog before it cannot be read" if len(changes) < len(steps) else
+                  f"the changelogs {first}..{base} on disk hold {len(snapshot_keys(changes, 1, None) or ())} of "
+                  f"its {num_keys} keys (the others were written before version {first}, whose changelog is gone)")
+        chain.count_note = (f"rows after the snapshot {base}.zip are known at the zip versions only: its keys are in "
+                            f"SST files and {reason}")
+        return None
+    if first == 1:  # replayed from the empty store: exact at every version before the zip too
+        held: set[bytes] = set()
+        for version, records in enumerate(changes, start=1):
+            removed = 0
+            for record in records:
+                if record.value is None:
+                    removed += record.key in held
+                    held.discard(record.key)
+                else:
+                    held.add(record.key)
+            chain.rows.setdefault(version, len(held))
+            chain.removed.setdefault(version, removed)
+    return keys

@@ -31,7 +31,15 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from watermark_ops.core.log_formats import ReadProblem, is_batch_file_name
-from watermark_ops.core.state.chain import DataFile, StoreChain, count_rows, list_store, plan_chain, sized_listing
+from watermark_ops.core.state.chain import (
+    DataFile,
+    StoreChain,
+    base_changelogs,
+    count_rows,
+    list_store,
+    plan_chain,
+    sized_listing,
+)
 from watermark_ops.core.state.files import StateFileError, changelog_records
 from watermark_ops.core.state.metadata import StateOperator, read_state_metadata
 from watermark_ops.core.state.model import (  # noqa: F401 - re-exported: the values are read here
@@ -246,7 +254,7 @@ def _files_to_read(chain: StoreChain, history_versions: int) -> list[DataFile]:
         zips = zips[-history_versions:] if not chain.changelog else zips
         if chain.needed_zip is not None and chain.needed_zip not in zips:
             zips.append(chain.needed_zip)
-        files += zips
+        files += zips + base_changelogs(chain)  # the changelogs that give the base zip's keys
     return files
 
 
@@ -331,14 +339,10 @@ def _operator_state(op: StateOperator, chains: list[StoreChain], stores: tuple[s
         pass  # not asked to count: the progress log's rows
     elif not counted:
         note = f"not counted: the files to replay exceed {max_replay_bytes} bytes"
+    elif next((c.count_note for c in row_chains if c.count_note), None):
+        note = next(c.count_note for c in row_chains if c.count_note)  # a RocksDB zip whose keys are not known
     elif row_chains and not file_rows:
-        if changelog and any(c.base_version for c in row_chains):
-            note = ("RocksDB changelogs after a snapshot zip cannot be replayed by key: rows are known at the zip "
-                    "versions only")
-        else:
-            note = "the files could not be counted (see the problems)"
-    elif changelog and any(c.base_version for c in row_chains):
-        note = "RocksDB changelogs after a snapshot zip: rows known at the zip versions only"
+        note = "the files could not be counted (see the problems)"
     series = _progress_series(progress_records, checkpoint.query_id, op.operator_id, n_operators)
     if series:
         source = "progress"

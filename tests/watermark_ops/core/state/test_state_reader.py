@@ -107,6 +107,43 @@ def test_rocksdb_zips_give_rows_and_name_a_missing_sst(tmp_path):
     assert op.missing_files == (f"{tmp_path}/state/0/1/SSTs/000003-1.sst",)
 
 
+#: Changelogs of one store, version by version: key number and value (None: a delete).
+_CHANGES = {1: [(1, b"a"), (2, b"a")], 2: [(3, b"a")], 3: [(1, b"b"), (2, None)],  # held at 3: keys 1, 3
+            4: [(1, b"c"), (4, b"a")], 5: [(3, None), (1, None)], 6: [(5, b"a"), (4, b"b")]}
+_HELD = {1: 2, 2: 3, 3: 2, 4: 3, 5: 1, 6: 2}  # what the store holds after each version
+
+
+def _changelog_store(tmp_path, versions, zip_keys=2, changes=_CHANGES):
+    files = {**sf.log_files(6, conf={"spark.sql.streaming.stateStore.providerClass": sf.ROCKSDB}),
+             **sf.aggregation(partitions=1)}
+    for v in versions:
+        files[f"state/0/0/{v}.changelog"] = sf.changelog(1, [(K(k), value) for k, value in changes[v]])
+    files["state/0/0/3.zip"] = sf.rocksdb_zip(zip_keys)
+    sf.write(tmp_path, files)
+    (op,) = read_state(str(tmp_path), progress_records=()).operators
+    return op
+
+
+def test_rocksdb_changelogs_after_a_snapshot_zip_give_exact_rows_at_every_version(tmp_path):
+    """The zip's keys (in SST files) are those the changelogs before it leave: rows after it are the
+    zip's numKeys plus keys put that it did not hold minus its keys deleted, at every version."""
+    op = _changelog_store(tmp_path / "all", range(1, 7))
+    assert (op.changelog, op.base_versions, op.chain_length) == (True, (3,), 3)
+    assert op.file_rows == {v - 1: n for v, n in _HELD.items()} and op.count_note is None
+    assert [b.removed for b in op.batches] == [0, 0, 1, 0, 2, 0]
+    # changelogs 1 and 2 deleted, but 3 alone does not write every key the zip holds: at the zip only
+    op = _changelog_store(tmp_path / "gone", range(3, 7))
+    assert op.file_rows == {2: 2} and "known at the zip versions only" in op.count_note
+    assert "hold 1 of its 2 keys" in op.count_note
+    # ... unless the changelogs still on disk wrote all of them
+    changes = {**_CHANGES, 3: [(1, b"b"), (3, b"b"), (2, None)]}
+    op = _changelog_store(tmp_path / "rewritten", range(3, 7), changes=changes)
+    assert op.file_rows == {2: 2, 3: 3, 4: 1, 5: 2} and op.count_note is None
+    # a zip whose numKeys the changelogs contradict is not trusted
+    op = _changelog_store(tmp_path / "contradicts", range(1, 7), zip_keys=5)
+    assert op.file_rows == {2: 5} and "hold 2 of its 5 keys" in op.count_note
+
+
 def test_format_version_2_follows_the_commit_ids_and_the_lineage(tmp_path):
     ids = {v: f"0000000{v}-aaaa-4bbb-8ccc-00000000000{v}" for v in (1, 2, 3)}
     stale = "99999999-aaaa-4bbb-8ccc-000000000099"
