@@ -18,6 +18,14 @@ The maintenance task: the corpus restarts Spark's state store maintenance with a
 ``minDeltasForSnapshot=1`` gets real snapshots; every other checkpoint keeps Spark's default of 10
 deltas per snapshot and is never compacted (its chains are shorter). At the end the maintenance
 task is stopped again and the confs unset, so later tests in the process get Spark's defaults.
+
+Two checkpoints for issue 36 (state accuracy): ``rocksdb_changelog_snapshots``, RocksDB with
+changelog checkpointing and ``minDeltasForSnapshot=1`` for its two build runs, so that the
+maintenance task uploads snapshot zips; its restart case (Spark's default 10 again) then writes
+changelogs after the newest zip, so its rows after the zip must come from decoding them. And
+``hdfs_long_chain``, written first, with a maintenance interval of an hour (the task never runs, as
+in a spark-submit per run): one availableNow run over 16 files, one file per batch, so a restart
+replays 16 deltas or more per partition with Spark's default ``minDeltasForSnapshot``.
 """
 
 from __future__ import annotations
@@ -185,9 +193,12 @@ def build_corpus(spark, root: Path) -> Corpus:
     corpus = Corpus(root)
     landing = root / "landing"
     jvm_state_store = spark._jvm.org.apache.spark.sql.execution.streaming.state.StateStore
-    jvm_state_store.stop()  # the next state store load starts maintenance with the interval below
-    spark.conf.set(MAINTENANCE, "1s")
+    jvm_state_store.stop()  # the next state store load starts maintenance with the interval set here
+    spark.conf.set(MAINTENANCE, "3600s")  # never within the long chain's run
     try:
+        _long_chain(spark, corpus)
+        jvm_state_store.stop()
+        spark.conf.set(MAINTENANCE, "1s")
         _build(spark, corpus, landing)
         land(landing, 2)
         _restarts(spark, corpus, landing)
@@ -204,6 +215,7 @@ BUILDS: dict[str, tuple[Callable, dict[str, str]]] = {
     "rocksdb_windows": (lambda s, l: windows(s, l), {PROVIDER: ROCKSDB}),
     "rocksdb_changelog": (lambda s, l: windows(s, l), {PROVIDER: ROCKSDB, CHANGELOG: "true"}),
     "rocksdb_format_v2": (lambda s, l: windows(s, l), {PROVIDER: ROCKSDB, CHANGELOG: "true", FORMAT_VERSION: "2"}),
+    "rocksdb_changelog_snapshots": (lambda s, l: windows(s, l), {PROVIDER: ROCKSDB, CHANGELOG: "true", MIN_DELTAS: "1"}),
     "dedupe_watermark": (lambda s, l: dedupe(s, l, True), {}),
     "dedupe_no_watermark": (lambda s, l: dedupe(s, l, False), {}),
     "join_both_watermarks": (lambda s, l: join(s, l, True), {}),
@@ -224,6 +236,37 @@ def _build(spark, corpus: Corpus, landing: Path) -> None:
     deadline = time.monotonic() + 20  # the maintenance task (1 s) snapshots what follows more than 1 delta
     while not any(p.suffix == ".snapshot" for p in snapshots.iterdir()) and time.monotonic() < deadline:
         time.sleep(0.5)
+    zips = [corpus.builds["rocksdb_changelog_snapshots"] / "state" / "0" / str(p) for p in range(2)]
+    while not all(any(f.suffix == ".zip" for f in z.iterdir()) for z in zips) and time.monotonic() < deadline:
+        time.sleep(0.5)  # the same task uploads the RocksDB snapshot zips
+
+
+#: Files (one batch each) of the long chain: more than Spark's minDeltasForSnapshot (10) plus 5.
+LONG_CHAIN_FILES = 16
+
+
+def _long_chain(spark, corpus: Corpus) -> None:
+    """``hdfs_long_chain`` (module docstring): windows over 16 files of one row, an hour apart, read
+    one file per batch."""
+    import json
+
+    from pyspark.sql import functions as F
+
+    landing = corpus.root / "long_chain_landing"
+    landing.mkdir(parents=True)
+    for n in range(LONG_CHAIN_FILES):
+        at = FIRST_HOUR.add(hours=n)
+        row = {"id": n, "origin": "A", "dest": "B", "status": "ok", "dep_time": at.to_iso8601_string(),
+               "arr_time": at.add(hours=1).to_iso8601_string()}
+        (landing / f"part-{n:02d}.json").write_text(json.dumps(row) + "\n")
+    frame = (spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(str(landing))
+             .withColumn("event_time", F.to_timestamp("dep_time")))
+    frame = frame.withWatermark("event_time", "1 hour").groupBy(F.window("event_time", "30 minutes"), "origin").count()
+    checkpoint = corpus.root / "builds" / "hdfs_long_chain"
+    corpus.builds["hdfs_long_chain"] = checkpoint
+    outcome = run(spark, frame, checkpoint)
+    assert not outcome.refused, outcome.error
+    corpus.runs["hdfs_long_chain"] = [outcome]
 
 
 def _cases(landing: Path, spark) -> list[tuple[str, str, str, bool, Callable[[Path], None], Callable, dict]]:
@@ -264,6 +307,9 @@ def _cases(landing: Path, spark) -> list[tuple[str, str, str, bool, Callable[[Pa
          lambda cp: _truncate(_newest(cp / "state/0/0", ".changelog")), same, {}),
         ("format_v2_unchanged", "rocksdb_format_v2", "works", False, nothing, same, {FORMAT_VERSION: "2"}),
         ("snapshots_unchanged", "hdfs_snapshots", "works", False, nothing, same, {}),
+        # Spark's default minDeltasForSnapshot (10) again: the run writes changelogs after the newest zip
+        ("changelog_snapshots_unchanged", "rocksdb_changelog_snapshots", "works", False, nothing, same,
+         {CHANGELOG: "true"}),
     ]
 
 

@@ -71,6 +71,43 @@ def test_rows_from_the_files_equal_spark_num_rows_total_in_every_batch(corpus):
     assert compared >= 80
 
 
+def test_rocksdb_changelog_rows_are_exact_at_every_version_after_a_snapshot_zip(corpus):
+    """Issue 36: changelog checkpointing with snapshot zips. The zips' keys are in SST files; the
+    changelogs before a zip give them, the changelogs after it are decoded from them, so the rows
+    equal Spark's numRowsTotal at every batch, not only at the zips (the newest zip's numKeys is
+    not what the store holds after the batches that follow it)."""
+    name = "changelog_snapshots_unchanged"
+    path = corpus.cases[name].checkpoint
+    (op,) = read_state(str(path), progress_records=()).operators
+    spark_rows = operator_rows(corpus.runs[f"case:{name}"])[0]
+    zips = {int(p.split("/")[-1].split(".")[0]) for p in files_of(path) if p.endswith(".zip")}
+    assert op.changelog and zips and max(op.base_versions) > 0, files_of(path)
+    assert op.chain_length >= 1, files_of(path)  # changelogs after the newest zip: decoded, not the zip's numKeys
+    assert op.file_rows == spark_rows and op.count_note is None, (op.count_note, files_of(path))
+    after = [b for b in spark_rows if b + 1 > max(op.base_versions)]
+    assert after and op.rows_source == "files"
+    # its build, written with minDeltasForSnapshot=1, counts at every version too
+    (built,) = read_state(str(corpus.builds["rocksdb_changelog_snapshots"]), progress_records=()).operators
+    assert built.file_rows == operator_rows(corpus.runs["rocksdb_changelog_snapshots"])[0]
+
+
+def test_a_long_chain_without_a_snapshot_is_flagged_under_spark_defaults(corpus):
+    """Issue 36: a real checkpoint whose maintenance task never ran (one batch per file, 16 files):
+    a restart replays 16 or more deltas per partition, more than Spark's minDeltasForSnapshot (10)
+    plus the margin (5), so state_never_compacted fires with the default thresholds; the four-delta
+    chains of the other checkpoints do not."""
+    from state_corpus import LONG_CHAIN_FILES
+
+    state = read_state(str(corpus.builds["hdfs_long_chain"]), progress_records=())
+    (op,) = state.operators
+    assert op.snapshot_version is None and op.chain_length >= LONG_CHAIN_FILES, files_of(corpus.builds["hdfs_long_chain"])
+    (finding,) = [f for f in state_findings(state) if f.rule == "state_never_compacted"]
+    assert f"replays {op.chain_length} delta files" in finding.message and "minDeltasForSnapshot 10" in finding.message
+    for name in ("hdfs_windows", "rocksdb_changelog", "hdfs_snapshots"):
+        fine = read_state(str(corpus.builds[name]), progress_records=())
+        assert "state_never_compacted" not in {f.rule for f in state_findings(fine)}, name
+
+
 def test_the_readers_see_both_providers_changelogs_format_v2_and_snapshots(corpus):
     shapes = {}
     for name in ("hdfs_windows", "rocksdb_windows", "rocksdb_changelog", "rocksdb_format_v2", "hdfs_snapshots"):
@@ -213,7 +250,7 @@ def test_every_ignored_conf_is_a_warning_naming_the_value_that_applies(corpus):
 
 def test_every_restart_that_works_unchanged_is_a_go(corpus):
     for name in ("unchanged", "head_commit_missing", "rocksdb_unchanged", "changelog_unchanged",
-                 "format_v2_unchanged", "snapshots_unchanged"):
+                 "format_v2_unchanged", "snapshots_unchanged", "changelog_snapshots_unchanged"):
         case = corpus.cases[name]
         assert not case.run.refused and case.verdict == "go", (name, case.codes, case.run.error)
     assert corpus.cases["head_commit_missing"].codes == ("in_flight_batch",)
