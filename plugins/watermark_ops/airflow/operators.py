@@ -15,7 +15,7 @@ from airflow.sdk import Asset, BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from watermark_ops.airflow.memory import AssetStateStoreMemory
-from watermark_ops.airflow.registry import add_registry_inlet, register_checkpoint
+from watermark_ops.airflow.registry import add_registry_inlet, package_asset, register_checkpoint
 from watermark_ops.core.audit import run_audit
 from watermark_ops.core.memory import MemoryFormatError, ResetAcceptanceError, accept_reset
 from watermark_ops.core.rules import ERROR, INFO, WARNING
@@ -24,7 +24,7 @@ from watermark_ops.render import DEFAULT_LIMIT, audit_report_text
 #: The asset whose state store keeps the audit memory by default: one key per checkpoint
 #: location (``watermark_audit:<location>``), so every audit task and DAG that audits the same
 #: checkpoint shares one remembered head. Each successful audit also emits an event on it.
-AUDIT_MEMORY_ASSET = Asset(name="watermark_ops_audit_memory", uri="watermark-ops://audit-memory")
+AUDIT_MEMORY_ASSET = package_asset("watermark_ops_audit_memory", "watermark-ops://audit-memory")
 
 
 class WatermarkAuditOperator(BaseOperator):

@@ -54,6 +54,7 @@ __all__ = [
     "checkpoint_name",
     "known_checkpoints",
     "monitor_checkpoints",
+    "package_asset",
     "read_registry",
     "record_key",
     "register_checkpoint",
@@ -63,8 +64,34 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+def package_asset(name: str, uri: str) -> Asset:
+    """``Asset(name=name, uri=uri)`` for one of the package's own ``watermark-ops://<host>`` URIs,
+    made without asking Airflow's providers manager for the scheme's normalizer.
+
+    Why: ``Asset`` normalises a URI (``airflow.sdk.definitions.asset._sanitize_uri``) by asking the
+    providers manager for its scheme's handler, and the first such question imports every
+    provider's asset module, among them the Amazon provider's S3 hook (botocore, boto3): 0.4-0.5 s
+    for a DAG file that only names the registry. No provider handles ``watermark-ops``, so the
+    normalised URI is the URI with its scheme lower-cased and an empty path made ``/``, as
+    ``_sanitize_uri`` makes it; it is built from an ``x-`` URI (which Airflow leaves alone) and set.
+    The value equals ``Asset(name=name, uri=uri)`` (a test compares them); if the attrs class ever
+    refuses, the plain construction is used.
+
+    :param uri: ``scheme://host[/path]`` without query, fragment or user info.
+    """
+    scheme, rest = uri.split("://", 1)
+    host, _, path = rest.partition("/")
+    normalised = f"{scheme.lower()}://{host}/{path.rstrip('/')}"
+    try:
+        asset = Asset(name=name, uri=f"x-{normalised}")
+        object.__setattr__(asset, "uri", normalised)  # attrs' own setattr would normalise again
+        return asset
+    except Exception:  # noqa: BLE001 - another Asset implementation: the ordinary way
+        return Asset(name=name, uri=uri)
+
+
 #: The asset whose state store holds the registry (an inlet of every watermark-ops operator and sensor).
-CHECKPOINT_REGISTRY = Asset(name="watermark_ops_checkpoints", uri="watermark-ops://checkpoints")
+CHECKPOINT_REGISTRY = package_asset("watermark_ops_checkpoints", "watermark-ops://checkpoints")
 INDEX_KEY = "index"
 RECORD_PREFIX = "checkpoint:"
 
