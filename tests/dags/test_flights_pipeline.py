@@ -58,8 +58,11 @@ def test_spark_submit_ships_every_module_the_job_imports():
     from airflow.dag_processing.dagbag import DagBag
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
+    from watermark_ops.airflow.restart import DiagnosedSparkSubmitOperator  # a SparkSubmitOperator when it runs
+
     bag = DagBag(dag_folder=str(DAGS))
-    submits = [t for dag in bag.dags.values() for t in dag.tasks if isinstance(t, SparkSubmitOperator)]
+    submits = [t for dag in bag.dags.values() for t in dag.tasks
+               if isinstance(t, (SparkSubmitOperator, DiagnosedSparkSubmitOperator))]
     assert {t.task_id for t in submits} >= {"flight_windows", "flight_weather"}
     for task in submits:
         shipped = {Path(f).name for f in (task.py_files or "").split(",") if f}

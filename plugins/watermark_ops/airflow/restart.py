@@ -15,7 +15,10 @@ audit, and the launch that fails with the driver's one-line diagnosis.
   the driver refused the restart (exit 7, ``EXIT_RESTART_REFUSED``), is the diagnosis line the
   driver wrote beside the checkpoint (:func:`watermark_ops.core.state.diagnosis.read_diagnosis`),
   raised without retries; any other failure is the provider's own. The Connect launch's operator
-  does the same (:mod:`watermark_ops.airflow.connect`).
+  does the same (:mod:`watermark_ops.airflow.connect`). It holds the spark-submit arguments and
+  runs a ``SparkSubmitOperator`` built from them when it executes, so that a DAG file that uses it
+  (every run pattern with ``launch="submit"``) parses without importing the Spark provider, its
+  hook, ``requests`` and ``tenacity`` (issue 36: DAG files import nothing heavy).
 
 Every read takes the checkpoint's Airflow connection (``conn_id``: object storage) like the other tasks.
 """
@@ -25,7 +28,7 @@ from __future__ import annotations
 import time
 from typing import Any, Iterable, Sequence
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import BaseOperator
 
 __all__ = ["DiagnosedSparkSubmitOperator", "preflight_gate", "refused_line", "runtime_spark_version", "state_check"]
 
@@ -164,31 +167,70 @@ def refused_line(checkpoints: Iterable[str], conn_id: str | None = None, run_tag
     return None
 
 
-class DiagnosedSparkSubmitOperator(SparkSubmitOperator):
+#: ``SparkSubmitOperator.template_fields`` (apache-airflow-providers-apache-spark 5.x): the
+#: arguments :class:`DiagnosedSparkSubmitOperator` templates as the provider does (a test keeps it in
+#: step with the installed provider).
+SUBMIT_TEMPLATE_FIELDS = ("application", "conf", "files", "py_files", "jars", "driver_class_path", "packages",
+                          "exclude_packages", "keytab", "principal", "proxy_user", "name", "application_args",
+                          "env_vars", "post_submit_commands", "properties_file")
+
+
+class DiagnosedSparkSubmitOperator(BaseOperator):
     """``SparkSubmitOperator`` that fails with the driver's diagnosis line when the restart was
     refused (module docstring), without retries.
+
+    Every keyword argument of ``SparkSubmitOperator`` is accepted and passed to it when the task
+    runs (``application``, ``conf``, ``conn_id``, ``application_args``, ``py_files``, ...); those it
+    templates (:data:`SUBMIT_TEMPLATE_FIELDS`) are attributes here, templated the same way. The
+    provider is imported only in :meth:`execute`: a DAG file using this operator parses without it.
 
     :param diagnosis_checkpoints: the checkpoints of the job's queries (templated).
     :param checkpoint_conn_id: the Airflow connection to read them with (object storage).
     """
 
-    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "diagnosis_checkpoints")
+    template_fields: Sequence[str] = (*SUBMIT_TEMPLATE_FIELDS, "diagnosis_checkpoints")
+    ui_color = "#FF9933"  # SparkSubmitOperator's
 
     def __init__(self, *, diagnosis_checkpoints: Sequence[str] = (), checkpoint_conn_id: str | None = None,
                  **kwargs: Any) -> None:
+        import inspect
+
+        own = set(inspect.signature(BaseOperator.__init__).parameters) - {"self", "kwargs"}
+        submit = {k: kwargs.pop(k) for k in list(kwargs) if k not in own}
         super().__init__(**kwargs)
+        self._submit_given = sorted(k for k in submit if k in SUBMIT_TEMPLATE_FIELDS)
+        for field_name in SUBMIT_TEMPLATE_FIELDS:
+            setattr(self, field_name, submit.pop(field_name, None))
+        self._submit_other = submit  # the untemplated ones: conn_id, deploy_mode, executor_memory, ...
+        self._submit: Any = None
         self.diagnosis_checkpoints = list(diagnosis_checkpoints)
         self.checkpoint_conn_id = checkpoint_conn_id
+
+    def _spark_submit(self) -> Any:
+        """The provider's ``SparkSubmitOperator`` with this task's id and (rendered) arguments."""
+        from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+        arguments = {**self._submit_other, **{k: getattr(self, k) for k in self._submit_given}}
+        return SparkSubmitOperator(task_id=self.task_id, **arguments)
 
     def execute(self, context: Any) -> Any:
         from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
         started = int(time.time() * 1000)
+        self._submit = self._spark_submit()
+        # its own execute, unwrapped: this task runs it (the Task SDK's safeguard would log that a
+        # nested operator was executed outside the task runner)
+        execute = getattr(type(self._submit).execute, "__wrapped__", type(self._submit).execute)
         try:
-            return super().execute(context)
+            return execute(self._submit, context)
         except AirflowException as exc:
             line = refused_line(self.diagnosis_checkpoints, self.checkpoint_conn_id, context.get("run_id"), started)
             if line is None:
                 raise
             self.log.error("%s", line)
             raise AirflowFailException(line) from exc
+
+    def on_kill(self) -> None:
+        """Kill the spark-submit the running task started (the provider's ``on_kill``)."""
+        if self._submit is not None:
+            self._submit.on_kill()
