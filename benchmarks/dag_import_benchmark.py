@@ -10,7 +10,10 @@ Each figure is the median of ``--repeats`` fresh interpreters timing ``runpy.run
   the DAG processor does before it parses a file (``[dag_processor] parsing_pre_import_modules``,
   default True; ``airflow.utils.file.iter_airflow_imports``): what a parse costs in a deployment.
 
-The goal of issue 9 is 0.3 s per file. Figures, not asserts.
+The goal of issue 9 is 0.3 s per file, of issue 36 0.1 s once Airflow is imported (``processor``).
+Figures, not asserts; what keeps them low is asserted as a set of modules instead:
+``tests/watermark_ops/test_layers.py`` (``HEAVY_AT_PARSE``: no provider hook, pyspark, s3fs,
+botocore, pandas or rich is loaded by a DAG file's import, the run pattern's included).
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
-    print(f"DAG file import, median of {args.repeats} fresh interpreters (seconds; goal 0.3 s)")
+    print(f"DAG file import, median of {args.repeats} fresh interpreters (seconds; goal 0.1 s as processor)")
     print(f"  {'file':28s} {'cold':>7s} {'processor':>10s}")
     for dag_file in sorted((REPO / "dags").glob("*.py")):
         cold = import_seconds(dag_file, "cold", args.repeats)

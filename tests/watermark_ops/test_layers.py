@@ -195,3 +195,61 @@ def test_the_example_word_check_catches_a_leak():
     for fine in ("the batch in flight", "in-flight batch", "in_flight_batch", "the restart preflight",
                  "the original watermark", 'find_spec("pyspark").origin', "the station north"):
         assert not example_words_in(fine), fine
+
+
+#: What parsing a DAG file must not import (issue 36: a DAG file parses in well under 0.1 s once
+#: Airflow is imported): provider hooks, Spark, the object-storage backends, the rendering and
+#: data libraries. Each is what a task needs when it runs, imported there.
+HEAVY_AT_PARSE = ("airflow.providers.amazon", "airflow.providers.apache.spark.hooks", "pyspark", "s3fs", "gcsfs",
+                  "adlfs", "botocore", "boto3", "pandas", "rich", "jinja2")
+REPO = PACKAGE.parents[1]
+#: A DAG a user writes with the run pattern (README), once per launch.
+USER_DAG = """
+import pendulum
+from airflow.sdk import dag, task
+from watermark_ops.airflow.run import watermarked_run
+
+@dag(schedule="@hourly", start_date=pendulum.datetime(2024, 1, 1, tz="UTC"), catchup=False)
+def user_job():
+    @task
+    def land():
+        return None
+
+    land() >> watermarked_run("hourly", application="/jobs/your_job.py", checkpoint="/ck/readings",
+                              landings=["/landing"], application_args=["--landing", "/landing"],
+                              late_sink="/out_late", launch=LAUNCH)
+
+user_job()
+"""
+_NEW_MODULES = """
+import json, runpy, sys
+sys.path.insert(0, sys.argv[2])
+import airflow, airflow.sdk
+before = set(sys.modules)
+runpy.run_path(sys.argv[1])
+print(json.dumps(sorted(set(sys.modules) - before)))
+"""
+
+
+def _heavy_modules_a_dag_file_loads(dag_file: Path) -> list[str]:
+    """The modules of :data:`HEAVY_AT_PARSE` that importing ``dag_file`` loads in a fresh
+    interpreter that has already imported Airflow (``airflow.sdk``), as the DAG processor has."""
+    out = subprocess.run([sys.executable, "-c", _NEW_MODULES, str(dag_file), str(PACKAGE.parent)],
+                         capture_output=True, text=True, check=True, cwd=str(REPO),
+                         env=dict(os.environ, PYTHONPATH=str(PACKAGE.parent)))
+    new = json.loads(out.stdout.strip().splitlines()[-1])
+    return sorted(m for m in new if any(m == heavy or m.startswith(heavy + ".") for heavy in HEAVY_AT_PARSE))
+
+
+def test_dag_files_import_no_provider_hook_spark_or_heavy_library_at_parse(tmp_path):
+    """Every DAG file in dags/ and a user's DAG built with the run pattern (both launches): the
+    modules their import loads after Airflow's hold none of :data:`HEAVY_AT_PARSE` (a set of
+    modules, no timing: ``benchmarks/dag_import_benchmark.py`` gives the seconds)."""
+    files = sorted((REPO / "dags").glob("*.py"))
+    assert files
+    for launch in ("submit", "connect"):
+        user = tmp_path / f"user_{launch}.py"
+        user.write_text(USER_DAG.replace("LAUNCH", repr(launch)))
+        files.append(user)
+    loaded = {f.name: _heavy_modules_a_dag_file_loads(f) for f in files}
+    assert loaded == {name: [] for name in loaded}
