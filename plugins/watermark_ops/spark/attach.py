@@ -34,6 +34,7 @@ import contextlib
 import functools
 import logging
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from urllib.parse import unquote, urlsplit
@@ -90,13 +91,15 @@ class Source:
 @dataclass
 class StartedQuery:
     """A query the script started: ``query`` (a ``StreamingQuery``), its checkpoint, name and trigger,
-    and what it started with (its start check's ``QueryShape.to_dict()``, None when not checked)."""
+    what it started with (its start check's ``QueryShape.to_dict()``, None when not checked), and
+    when (``time.monotonic()`` seconds)."""
 
     query: Any
     checkpoint: str | None
     name: str | None
     spark_trigger: str | None
     started_with: dict[str, Any] | None = None
+    started_at: float = field(default_factory=time.monotonic)
 
 
 @dataclass

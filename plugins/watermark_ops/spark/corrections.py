@@ -25,17 +25,19 @@ from __future__ import annotations
 import logging
 import re
 import time
-from typing import Any, Callable
+from typing import Any
 
-from watermark_ops.core.ledger.corrections import corrections_log_path, files_for_windows, split_late
-from watermark_ops.core.ledger.replayed import read_replay_log
-from watermark_ops.spark.twin import CannotTwin, Twin
+from watermark_ops.core.ledger.corrections import corrections_log_path, split_late
+from watermark_ops.spark.twin import CannotTwin
 
 log = logging.getLogger("watermark_ops.spark")
 
-__all__ = ["compute_corrections", "result_shape", "write_corrections"]
+__all__ = ["corrections_from", "result_shape", "window_parts", "window_range", "write_corrections"]
 
 _WS, _WE = "_wo_window_start_ms", "_wo_window_end_ms"
+# The twin ledger's row shape (watermark_ops.spark.twin_ledger), shared so both go in one Spark job.
+_KIND, _FILE, _REASON, _START, _ROW, _ROWS = ("_wo_kind", "_wo_file", "_wo_reason", "_wo_event_us", "_wo_event",
+                                              "_wo_rows")
 _FILE_SINKS = ("parquet", "json", "csv", "orc")
 _NUMERIC = ("ByteType", "ShortType", "IntegerType", "LongType", "FloatType", "DoubleType", "DecimalType")
 
@@ -70,18 +72,6 @@ def result_shape(schema: Any, window_ms: int | None) -> tuple[Any, Any, list[str
     return start, end, keys, values
 
 
-def _plain(value: Any) -> Any:
-    """A collected value as JSON holds it (a decimal as a float, a date or time as ISO text)."""
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if hasattr(value, "isoformat"):
-        return value.isoformat()
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return str(value)
-
-
 def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """Equal values; numbers within 1e-9 of each other, relative."""
     for name, x in a.items():
@@ -94,69 +84,87 @@ def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return True
 
 
-def _by_window(frame: Any, shape: tuple, windows: set[tuple[int, int]]) -> dict[tuple, dict[str, Any]]:
-    """``{(start ms, end ms, keys as a tuple): {column: value}}`` of ``frame``'s rows in ``windows``."""
+def window_range(plans: list[Any], allowed_ms: int, window_ms: int) -> tuple[int, int]:
+    """``[lo, hi)`` (epoch ms UTC): every window a run's recoverable late rows can fall in. A row of
+    batch N is recoverable when its window ends in ``(late watermark − allowed, late watermark]``."""
+    return (min(p.late_watermark_ms for p in plans) - allowed_ms - window_ms, max(p.late_watermark_ms for p in plans))
+
+
+def window_parts(spark: Any, query: Any, window_ms: int | None, lo: int, hi: int) -> tuple[list[Any], tuple]:
+    """The frames that bring back, in the run's one Spark job, the query's result computed again
+    (tag ``c``) and what its sink holds (tag ``m``) for the windows starting in ``[lo, hi)``: rows of
+    the twin ledger's shape (``_wo_kind``, ``_wo_event_us`` = window start ms, ``_wo_event`` = the
+    window, keys and values as JSON); and the result's shape (:func:`result_shape`).
+
+    :raises CannotTwin: the result has no window.
+    """
     from pyspark.sql import functions as F
 
+    shape = result_shape(query.frame.schema, window_ms)
     start, end, keys, values = shape
-    starts = sorted({s for s, _ in windows})
-    picked = frame.select(F.unix_millis(start).alias(_WS), F.unix_millis(end).alias(_WE),
-                          *[F.col(f"`{k}`") for k in keys], *[F.col(f"`{v}`") for v in values]
-                          ).where(F.col(_WS).isin(starts))
+
+    def part(frame: Any, tag: str) -> Any:
+        ws = F.unix_millis(start)
+        return frame.where((ws >= F.lit(lo)) & (ws < F.lit(hi))).select(
+            F.lit(tag).alias(_KIND), F.lit(None).cast("string").alias(_FILE), F.lit(None).cast("string").alias(_REASON),
+            ws.alias(_START), F.to_json(F.struct(ws.alias(_WS), F.unix_millis(end).alias(_WE),
+                                                 *[F.col(f"`{c}`") for c in keys + values])).alias(_ROW),
+            F.lit(None).cast("long").alias(_ROWS))
+
+    parts = [part(query.frame, "c")]
+    if query.format in _FILE_SINKS and query.path:
+        try:
+            sink = spark.read.schema(query.frame.schema).format(query.format).load(query.path)
+            sink.columns  # noqa: B018 - a sink not yet written fails here
+            parts.append(part(sink, "m"))
+        except Exception as exc:  # noqa: BLE001 - an unreadable sink: what it held is unknown
+            log.warning("the sink %s could not be read for the emitted values: %s", query.path, exc)
+    return parts, shape
+
+
+def _by_window(rows: list[Any], keys: list[str], values: list[str], tag: str) -> dict[tuple, dict[str, Any]]:
+    """``{(start ms, end ms, keys as a tuple): {column: value}}`` of the collected rows tagged ``tag``."""
+    import json
+
     found = {}
-    for row in picked.collect():
-        if (row[_WS], row[_WE]) not in windows:
+    for row in rows:
+        if row[_KIND] != tag:
             continue
-        key = (row[_WS], row[_WE], tuple(_plain(row[k]) for k in keys))
-        found[key] = {v: _plain(row[v]) for v in values}
+        window = json.loads(row[_ROW])
+        found[(window[_WS], window[_WE], tuple(window.get(k) for k in keys))] = {v: window.get(v) for v in values}
     return found
 
 
-def compute_corrections(spark: Any, checkpoint: str, run_records: list[dict[str, Any]], allowed_ms: int,
-                        window_ms: int | None, rerun_twin: Callable[[list[str]], Twin], *, run_tag: str | None,
-                        ) -> tuple[list[dict[str, Any]], Any]:
-    """The corrections of one run (module docstring, steps 1–5 without the writing).
+def corrections_from(rows: list[Any], shape: tuple, run_records: list[dict[str, Any]], allowed_ms: int,
+                     run_tag: str | None) -> list[dict[str, Any]]:
+    """The run's corrections (module docstring, step 5) from the rows :func:`window_parts` brought back.
 
     :param run_records: the run's replay records (their ``late_rows``).
-    :param rerun_twin: files → the job's batch twin over them.
-    :return: ``(corrections in the log's shape without "write", the twin's query on the checkpoint)``;
-        ``([], None)`` when the run has no recoverable late row.
-    :raises CannotTwin: the twin over those files started no query on ``checkpoint``, or its result has no window.
+    :return: corrections in the log's shape, without ``write``, by window, then keys.
     """
+    _, _, keys, values = shape
     late = [row for record in run_records for row in record.get("late_rows") or []]
     kept, _ = split_late(late, allowed_ms)
     windows = {(row["window_start_ms"], row["window_end_ms"]) for row in kept}
     if not windows:
-        return [], None
-    replays, _ = read_replay_log(checkpoint)
-    files = files_for_windows(replays, windows)
-    twin = rerun_twin(files)
-    query = twin.query_for(checkpoint)
-    if query is None:
-        raise CannotTwin(f"the job's batch twin over the windows' files started no query on {checkpoint}")
-    shape = result_shape(query.frame.schema, window_ms)
-    keys = shape[2]
-    corrected = _by_window(query.frame, shape, windows)
-    emitted: dict[tuple, dict[str, Any]] | None = None
-    if query.format in _FILE_SINKS and query.path:
-        try:
-            sink = spark.read.schema(query.frame.schema).format(query.format).load(query.path)
-            emitted = _by_window(sink, shape, windows)
-        except Exception as exc:  # noqa: BLE001 - an unreadable sink: what it held is unknown
-            log.warning("the sink %s could not be read for the emitted values: %s", query.path, exc)
+        return []
+    corrected = _by_window(rows, keys, values, "c")
+    emitted = _by_window(rows, keys, values, "m") if any(r[_KIND] == "m" for r in rows) else None
     made = []
-    for key, values in sorted(corrected.items(), key=lambda kv: (kv[0][0], kv[0][1], str(kv[0][2]))):
+    for key, found in sorted(corrected.items(), key=lambda kv: (kv[0][0], kv[0][1], str(kv[0][2]))):
         start_ms, end_ms, key_values = key
+        if (start_ms, end_ms) not in windows:
+            continue
         named = dict(zip(keys, key_values))
         mine = [row for row in kept if (row["window_start_ms"], row["window_end_ms"]) == (start_ms, end_ms)
                 and all(str(row["event"].get(k)) == str(v) for k, v in named.items() if k in row["event"])]
         before = emitted.get(key) if emitted is not None else None
-        if not mine or (before is not None and _same(values, before)):
+        if not mine or (before is not None and _same(found, before)):
             continue
         made.append({"window_start_ms": start_ms, "window_end_ms": end_ms, "keys": named, "emitted": before,
-                     "corrected": values, "late_rows": len(mine), "run": run_tag,
+                     "corrected": found, "late_rows": len(mine), "run": run_tag,
                      "batch_id": max(row["batch_id"] for row in mine)})
-    return made, query
+    return made
 
 
 def _safe(run_tag: str | None) -> str:
@@ -166,15 +174,18 @@ def _safe(run_tag: str | None) -> str:
 
 def write_corrections(spark: Any, corrections: list[dict[str, Any]], query: Any, checkpoint: str,
                       path: str | None = None) -> str | None:
-    """Write one run's corrections (module docstring, step 5): the table and the log.
+    """Write one run's corrections (module docstring, step 5): the log, then the table.
+
+    The table's columns: ``window_start``, ``window_end`` (timestamps), the keys, the corrected
+    values under the job's own names, ``emitted_<name>`` (null: never emitted), ``late_rows``, ``run``,
+    ``batch_id``; its folder ``<path>/run_key=<run>/`` is replaced when the run is written again. A
+    Parquet or JSON sink's table is written by the driver itself (pyarrow, fsspec: one small file,
+    no Spark job); other formats, or a driver without pyarrow, through Spark.
 
     :param query: the twin's query (its sink path and format; the result's column types).
     :param path: the corrections table's folder (default ``<sink>_corrections``).
     :return: the folder written (``.../run_key=<run>``), None when there is nothing to write or no sink path.
     """
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import LongType, StringType, StructField, StructType
-
     if not corrections:
         return None
     from watermark_ops.spark.recorder import append_json_lines
@@ -184,8 +195,74 @@ def write_corrections(spark: Any, corrections: list[dict[str, Any]], query: Any,
     base = path or (f"{str(query.path).rstrip('/')}_corrections" if query.path else None)
     if base is None:
         return None
+    folder = f"{base}/run_key={_safe(corrections[0]['run'])}"
+    types = {f.name: type(f.dataType).__name__ for f in query.frame.schema.fields}
+    fmt = query.format if query.format in _FILE_SINKS else "parquet"
+    if fmt in ("parquet", "json") and "DecimalType" not in types.values():
+        try:
+            _write_here(corrections, types, folder, fmt)
+            return folder
+        except ImportError:  # no pyarrow where the driver runs: Spark writes it
+            pass
+    _write_spark(spark, corrections, query, folder, fmt)
+    return folder
+
+
+def _columns(corrections: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
+    return list(corrections[0]["keys"]), list(corrections[0]["corrected"])
+
+
+def _write_here(corrections: list[dict[str, Any]], types: dict[str, str], folder: str, fmt: str) -> None:
+    """The table as one file written by the driver (pyarrow for Parquet, JSON lines as Spark writes them)."""
+    import json
+
+    import fsspec
+
+    keys, values = _columns(corrections)
+    fs, where = fsspec.core.url_to_fs(folder)
+    if fs.exists(where):
+        fs.rm(where, recursive=True)  # this run's own earlier corrections: replaced, never added to
+    fs.makedirs(where, exist_ok=True)
+    if fmt == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        arrow = {"LongType": pa.int64(), "IntegerType": pa.int32(), "ShortType": pa.int16(), "ByteType": pa.int8(),
+                 "DoubleType": pa.float64(), "FloatType": pa.float32()}
+        stamp = pa.timestamp("ms", tz="UTC")
+        data = {"window_start": pa.array([c["window_start_ms"] for c in corrections], stamp),
+                "window_end": pa.array([c["window_end_ms"] for c in corrections], stamp)}
+        for k in keys:
+            data[k] = pa.array([c["keys"][k] for c in corrections], arrow.get(types.get(k), pa.string()))
+        for v in values:
+            data[v] = pa.array([c["corrected"][v] for c in corrections], arrow[types[v]])
+        for v in values:
+            data[f"emitted_{v}"] = pa.array([(c["emitted"] or {}).get(v) for c in corrections], arrow[types[v]])
+        data["late_rows"] = pa.array([c["late_rows"] for c in corrections], pa.int64())
+        data["run"] = pa.array([c["run"] for c in corrections], pa.string())
+        data["batch_id"] = pa.array([c["batch_id"] for c in corrections], pa.int64())
+        with fs.open(f"{where}/part-00000.parquet", "wb") as out:
+            pq.write_table(pa.table(data), out)
+    else:
+        from watermark_ops.core.times import iso_utc
+
+        with fs.open(f"{where}/part-00000.json", "w") as out:
+            for c in corrections:
+                row = {"window_start": iso_utc(c["window_start_ms"]), "window_end": iso_utc(c["window_end_ms"]),
+                       **c["keys"], **c["corrected"], **{f"emitted_{v}": (c["emitted"] or {}).get(v) for v in values},
+                       "late_rows": c["late_rows"], "run": c["run"], "batch_id": c["batch_id"]}
+                out.write(json.dumps(row, default=str) + "\n")
+    with fs.open(f"{where}/_SUCCESS", "wb"):
+        pass
+
+
+def _write_spark(spark: Any, corrections: list[dict[str, Any]], query: Any, folder: str, fmt: str) -> None:
+    """The table written by Spark (any filesystem Spark reaches, any file format)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
     types = {f.name: f.dataType for f in query.frame.schema.fields}
-    keys, values = list(corrections[0]["keys"]), list(corrections[0]["corrected"])
+    keys, values = _columns(corrections)
     fields = [StructField("window_start_ms", LongType()), StructField("window_end_ms", LongType())]
     fields += [StructField(k, StringType() if type(types[k]).__name__ not in _NUMERIC else types[k]) for k in keys]
     fields += [StructField(v, types[v]) for v in values]
@@ -201,10 +278,7 @@ def write_corrections(spark: Any, corrections: list[dict[str, Any]], query: Any,
     frame = frame.select(F.timestamp_millis("window_start_ms").alias("window_start"),
                          F.timestamp_millis("window_end_ms").alias("window_end"), "*").drop("window_start_ms",
                                                                                              "window_end_ms")
-    folder = f"{base}/run_key={_safe(corrections[0]['run'])}"
-    fmt = query.format if query.format in _FILE_SINKS else "parquet"
     frame.coalesce(1).write.mode("overwrite").format(fmt).save(folder)
-    return folder
 
 
 def _typed(value: Any, data_type: Any) -> Any:

@@ -43,6 +43,7 @@ import importlib
 import logging
 import os
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Any, Callable
@@ -175,10 +176,13 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             attachment.detach()
         code = _finish_queries(attachment, failed=code != 0) or code
+        streamed = time.monotonic()
         if code == 0 and args.pre_watermark:
             code = _replay(args, attachment, script, namespace)
         elif code == 0 and args.checkpoint and args.twin:
             _twin(args, attachment, script, script_args)
+            if attachment.queries:
+                _timed(streamed - min(s.started_at for s in attachment.queries), time.monotonic() - streamed)
         if code == 0:
             for started in attachment.queries:
                 clear_diagnosis(started.checkpoint)  # this run finished: an earlier refusal no longer holds
@@ -421,10 +425,15 @@ def _replay(args: argparse.Namespace, attachment, script: str, namespace: dict[s
 def _twin(args: argparse.Namespace, attachment, script: str, script_args: list[str]) -> None:
     """The run's late rows from the job's batch twin (:mod:`watermark_ops.spark.twin`): the script run
     again over the run's files with the stream APIs answered by batch ones, every batch in one Spark
-    job. Never fails the run (its data is committed): a job that cannot be twinned is named in one
-    line, and each of its batches gets a record saying why, so every face calls its late rows unknown."""
+    job; with ``--allowed-lateness`` the same job computes again the windows its recoverable late rows
+    can fall in (:mod:`watermark_ops.spark.corrections`). Never fails the run (its data is
+    committed): a job that cannot be twinned is named in one line, and each of its batches gets a
+    record saying why, so every face calls its late rows unknown."""
+    from watermark_ops.core.ledger.corrections import allowed_lateness_ms, files_for_windows
     from watermark_ops.core.ledger.plan import plan_batches
-    from watermark_ops.core.ledger.replayed import replay_log_path, replay_record
+    from watermark_ops.core.ledger.replayed import read_replay_log, replay_log_path, replay_record
+    from watermark_ops.core.ledger.rule import interval_ms
+    from watermark_ops.spark.corrections import window_parts, window_range
     from watermark_ops.spark.recorder import append_json_lines
     from watermark_ops.spark.twin import CannotTwin, run_twin
     from watermark_ops.spark.twin_ledger import twin_records
@@ -446,6 +455,10 @@ def _twin(args: argparse.Namespace, attachment, script: str, script_args: list[s
     sources = [s for s in _sources_of(records[-1], attachment, args.landing) if s is not None]
     main_path = sources[0].path if len(sources) == 1 else None
     files = [uri for plan in plans for _, uri in plan.files]
+    allowed, window_ms = allowed_lateness_ms(args.allowed_lateness), interval_ms(args.window)
+    span = window_range(plans, allowed, window_ms) if allowed and window_ms else None
+    if span is not None:  # the earlier files whose rows the windows to correct may hold
+        files += [f for f in files_for_windows(read_replay_log(started.checkpoint)[0], [span]) if f not in files]
 
     def files_for(location: str | None) -> list[str]:
         from watermark_ops.spark.attach import same_location
@@ -453,6 +466,7 @@ def _twin(args: argparse.Namespace, attachment, script: str, script_args: list[s
         return files if main_path is None or same_location(location, main_path) else []
 
     column, _ = _watermark(args, attachment)
+    extra, shape, main = [], None, None
     try:
         if column is None:
             raise CannotTwin("the job called no withWatermark during the run")
@@ -461,8 +475,15 @@ def _twin(args: argparse.Namespace, attachment, script: str, script_args: list[s
         if main is None:
             raise CannotTwin(f"the job's batch twin started no query on {started.checkpoint}; declare pre_watermark "
                              "instead")
-        made = twin_records(attachment.spark, plans, twin, main, column, args.reason_column, query_id=query_id,
-                            run_tag=args.run_tag, source=sources[0] if len(sources) == 1 else None)
+        parts = []
+        if span is not None:
+            try:
+                parts, shape = window_parts(attachment.spark, main, window_ms, *span)
+            except CannotTwin as exc:
+                log.warning("no corrections for this run: %s", exc)
+        made, extra = twin_records(attachment.spark, plans, twin, main, column, args.reason_column, query_id=query_id,
+                                   run_tag=args.run_tag, source=sources[0] if len(sources) == 1 else None,
+                                   extra_parts=parts)
     except CannotTwin as exc:
         log.warning("late rows unknown for batches %s: the job cannot be twinned: %s", batch_ids, exc)
         from watermark_ops.core.ledger.plan import tally
@@ -483,27 +504,26 @@ def _twin(args: argparse.Namespace, attachment, script: str, script_args: list[s
                  record["batch_id"], record["rows_read"], sum(record["rows_quarantined"].values()),
                  record["rows_aggregated"], len(record["late_rows"]),
                  f"; NOT EXACT: {'; '.join(record['problems'])}" if record["problems"] else "")
-    if args.allowed_lateness and not any(r["problems"] for r in made):
-        _correct(args, attachment, started.checkpoint, made, lambda chosen: run_twin(
-            lambda: _run_script(script, script_args, {}), lambda location: chosen if files_for(location) else []))
+    if shape is not None and not any(r["problems"] for r in made):
+        _correct(args, attachment, started.checkpoint, made, extra, shape, main, allowed)
 
 
-def _correct(args: argparse.Namespace, attachment, checkpoint: str, made: list[dict[str, Any]], rerun) -> None:
-    """The run's corrections (:mod:`watermark_ops.spark.corrections`); never fails the run: a window
-    that cannot be corrected is named in one line and its late rows stay in the ledger."""
-    from watermark_ops.core.ledger.corrections import allowed_lateness_ms
-    from watermark_ops.core.ledger.rule import interval_ms
-    from watermark_ops.spark.corrections import compute_corrections, write_corrections
-    from watermark_ops.spark.twin import CannotTwin
+def _timed(streaming_s: float, after_s: float) -> None:
+    """Log what the ledger and corrections cost against the run's streaming time (from its first
+    query's start to its queries' end): one line that ``make bench`` reads."""
+    log.info("late rows and corrections: %.2f s after %.2f s of streaming (%.2fx the run's streaming time)",
+             after_s, streaming_s, after_s / streaming_s if streaming_s > 0 else float("nan"))
+
+
+def _correct(args: argparse.Namespace, attachment, checkpoint: str, made: list[dict[str, Any]], rows: list[Any],
+             shape: tuple, query, allowed_ms: int) -> None:
+    """Publish the run's corrections (:mod:`watermark_ops.spark.corrections`); never fails the run: a
+    window that cannot be corrected is named in one line and its late rows stay in the ledger."""
+    from watermark_ops.spark.corrections import corrections_from, write_corrections
 
     try:
-        corrections, query = compute_corrections(attachment.spark, checkpoint, made,
-                                                 allowed_lateness_ms(args.allowed_lateness), interval_ms(args.window),
-                                                 rerun, run_tag=args.run_tag)
+        corrections = corrections_from(rows, shape, made, allowed_ms, args.run_tag)
         folder = write_corrections(attachment.spark, corrections, query, checkpoint, args.corrections_path)
-    except CannotTwin as exc:
-        log.warning("no corrections for this run: %s", exc)
-        return
     except Exception as exc:  # noqa: BLE001 - the run's data and ledger stand; its corrections are what failed
         traceback.print_exc()
         log.warning("no corrections for this run: %s", exc)

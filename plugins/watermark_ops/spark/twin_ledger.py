@@ -4,8 +4,9 @@ The twin (:mod:`watermark_ops.spark.twin`) gives the frame that enters ``withWat
 batch over all the files of the run. Each of its rows keeps its file (``_metadata.file_path``), and
 the checkpoint's file source log says which batch read which file
 (:func:`watermark_ops.core.ledger.plan.plan_batches`), so one Spark job tags every row with its batch
-id and that batch's late watermark (a broadcast join on the file) and brings back the event time of
-every row entering the watermark, and the content of the late ones. The batch's own rule and
+id and that batch's late watermark (a literal map from the file) and brings back the event time of
+every row entering the watermark, and the content of the late ones, together with the raw rows per
+file and the reject queries' rows per file and reason (one union, one action). The batch's own rule and
 watermark then judge each row in Python (:func:`watermark_ops.core.ledger.plan.tally`, the rule of
 the Python replay and of the per-batch Spark replay), and one record per batch is appended to the
 replay log (:mod:`watermark_ops.core.ledger.replayed`: the faces read it as they read the
@@ -30,6 +31,7 @@ Needs pyspark (imported inside the functions).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
@@ -45,8 +47,8 @@ __all__ = ["REASON_COLUMNS", "file_key", "locate_lines", "twin_records"]
 
 #: Column names that make another query of the job a reject query (after the declared reason column).
 REASON_COLUMNS = ("reason", "reject_reason", "rejection_reason", "quarantine_reason", "error")
-_KEY, _BATCH, _LATE_US, _EVENT_US, _EVENT, _REASON, _ROWS = (
-    "_wo_file", "_wo_batch", "_wo_late_us", "_wo_event_us", "_wo_event", "_wo_reason", "_wo_rows")
+_KEY, _EVENT_US, _EVENT, _REASON, _ROWS, _KIND = (
+    "_wo_file", "_wo_event_us", "_wo_event", "_wo_reason", "_wo_rows", "_wo_kind")
 _SCHEME = re.compile(r"^file:/+")
 
 
@@ -154,7 +156,7 @@ def _reject_queries(twin: Twin, main: TwinQuery, reason_column: str | None) -> l
 
 def twin_records(spark: Any, plans: list[BatchPlan], twin: Twin, main: TwinQuery, watermark_column: str,
                  reason_column: str | None = None, *, query_id: str | None = None, run_tag: str | None = None,
-                 source: Any = None) -> list[dict[str, Any]]:
+                 source: Any = None, extra_parts: list[Any] | None = None) -> tuple[list[dict[str, Any]], list[Any]]:
     """The replay-log records of ``plans`` (the run's replayable batches, ascending) from the twin.
 
     :param twin: what the twin run captured. :param main: its query on the declared checkpoint.
@@ -162,8 +164,11 @@ def twin_records(spark: Any, plans: list[BatchPlan], twin: Twin, main: TwinQuery
     :param reason_column: a column naming why a row is set aside (in the frame entering the
         watermark, or in a reject query), or None.
     :param source: the stream's reader settings (format, options), for the lines of the rows shown.
-    :return: one record per plan (:func:`watermark_ops.core.ledger.replayed.replay_record`, with
-        ``"method": "twin"``).
+    :param extra_parts: more frames of the same row shape (``_wo_kind`` other than ``e``, ``r``, ``j``)
+        to bring back in the same Spark job (the corrections' windows,
+        :func:`watermark_ops.spark.corrections.window_parts`).
+    :return: ``(one record per plan, the rows of extra_parts)``: the records are
+        :func:`watermark_ops.core.ledger.replayed.replay_record`'s, with ``"method": "twin"``.
     :raises CannotTwin: no ``withWatermark`` on ``watermark_column``, or its rows lost their file.
     """
     from pyspark.sql import functions as F
@@ -180,8 +185,11 @@ def twin_records(spark: Any, plans: list[BatchPlan], twin: Twin, main: TwinQuery
     for plan in plans:
         for order, (_, uri) in enumerate(plan.files):
             keyed[file_key(uri)] = (plan, order, uri)
-    table = spark.createDataFrame([(k, p.batch_id, p.late_watermark_ms * 1000) for k, (p, _, _) in keyed.items()],
-                                  f"{_KEY} string, {_BATCH} long, {_LATE_US} long")
+    # The run's files as literals (Spark folds the map into one literal and the list into an InSet):
+    # no broadcast of a small table, which is a Spark job of its own per use.
+    table = sorted(keyed)
+    late_us = F.element_at(F.create_map(*[F.lit(x) for k in table for x in (k, keyed[k][0].late_watermark_ms * 1000)]),
+                           F.col(_KEY))
     frame = _with_key(entering, "the rows entering withWatermark")
     if watermark_column not in frame.columns:
         raise CannotTwin(f"the rows entering withWatermark have no column {watermark_column!r}")
@@ -190,37 +198,43 @@ def twin_records(spark: Any, plans: list[BatchPlan], twin: Twin, main: TwinQuery
     event_us = F.unix_micros(F.col(f"`{watermark_column}`"))
     if rule.kind == "window_end":
         size = F.lit(rule.window_ms * 1000)
-        late = (event_us - F.pmod(event_us, size) + size) <= F.col(_LATE_US)
+        late = (event_us - F.pmod(event_us, size) + size) <= late_us
     else:
-        late = event_us <= F.col(_LATE_US)
+        late = event_us <= late_us
     reason = F.col(f"`{own_reason}`").cast("string") if own_reason else F.lit(None).cast("string")
-    joined = frame.join(F.broadcast(table), _KEY, "inner")
+    joined = frame.where(F.col(_KEY).isin(table))
     wanted = reason.isNotNull() | late
-    rows = joined.select(F.col(_KEY), F.col(_BATCH), reason.alias(_REASON), event_us.alias(_EVENT_US),
-                         F.when(wanted, F.to_json(F.struct(*[F.col(f"`{c}`") for c in shown]))).alias(_EVENT)
-                         ).collect()
-    read = _rows_read(twin, table)
-    rejects = _rejects(twin, main, reason_column, table)
-    return [_record(plan, keyed, rows, read, rejects, query_id, run_tag, source) for plan in plans]
+    parts = [joined.select(F.lit("e").alias(_KIND), F.col(_KEY), reason.alias(_REASON), event_us.alias(_EVENT_US),
+                           F.when(wanted, F.to_json(F.struct(*[F.col(f"`{c}`") for c in shown]))).alias(_EVENT),
+                           F.lit(1).cast("long").alias(_ROWS))]
+    parts += _counted(twin, main, reason_column, table) + list(extra_parts or [])
+    collected = functools.reduce(lambda a, b: a.unionByName(b), parts).collect()  # one Spark job for the run
+    rows = [r for r in collected if r[_KIND] == "e"]
+    read: dict[str, int] = {}
+    rejects: dict[tuple[str, str], tuple[int, str]] = {}
+    for row in collected:
+        if row[_KIND] == "r":
+            read[row[_KEY]] = read.get(row[_KEY], 0) + row[_ROWS]
+        elif row[_KIND] == "j":
+            before = rejects.get((row[_KEY], row[_REASON]))
+            rejects[(row[_KEY], row[_REASON])] = (row[_ROWS] + (before[0] if before else 0),
+                                                  before[1] if before else row[_EVENT])
+    extra = [r for r in collected if r[_KIND] not in ("e", "r", "j")]
+    return [_record(plan, keyed, rows, read, rejects, query_id, run_tag, source) for plan in plans], extra
 
 
-def _rows_read(twin: Twin, table: Any) -> dict[str, int]:
-    """Rows per file key of the twin's sources (the raw rows its batch reads made)."""
+def _counted(twin: Twin, main: TwinQuery, reason_column: str | None, table: list[str]) -> list[Any]:
+    """One frame: the raw rows per file key of the twin's sources (kind ``r``) and the rows per file
+    key and reason of the job's reject queries with one row each as JSON (kind ``j``), counted in one
+    aggregation (one shuffle for both)."""
     from pyspark.sql import functions as F
 
-    counted: dict[str, int] = {}
+    none = F.lit(None).cast("string")
+    inputs = []
     for source in twin.sources:
         frame = _with_key(source.frame, "the raw rows")
-        for row in frame.join(F.broadcast(table.select(_KEY)), _KEY, "inner").groupBy(_KEY).count().collect():
-            counted[row[_KEY]] = counted.get(row[_KEY], 0) + row["count"]
-    return counted
-
-
-def _rejects(twin: Twin, main: TwinQuery, reason_column: str | None, table: Any) -> dict[tuple[str, str], tuple[int, str]]:
-    """``{(file key, reason): (rows, one row as JSON)}`` of the job's reject queries."""
-    from pyspark.sql import functions as F
-
-    found: dict[tuple[str, str], tuple[int, str]] = {}
+        inputs.append(frame.where(F.col(_KEY).isin(table)).select(
+            F.lit("r").alias(_KIND), F.col(_KEY), none.alias(_REASON), none.alias(_EVENT)))
     for query, column in _reject_queries(twin, main, reason_column):
         try:
             frame = _with_key(query.frame, f"the rows of the job's query {query.name or query.path}")
@@ -228,15 +242,15 @@ def _rejects(twin: Twin, main: TwinQuery, reason_column: str | None, table: Any)
             log.warning("%s: its rows are not counted as set aside", exc)
             continue
         shown = [c for c in query.frame.columns if c != _KEY]
-        grouped = (frame.join(F.broadcast(table.select(_KEY)), _KEY, "inner")
-                   .groupBy(_KEY, F.col(f"`{column}`").cast("string").alias(_REASON))
-                   .agg(F.count(F.lit(1)).alias(_ROWS),
-                        F.first(F.to_json(F.struct(*[F.col(f"`{c}`") for c in shown]))).alias(_EVENT)))
-        for row in grouped.collect():
-            reason = row[_REASON] if row[_REASON] is not None else (query.name or "rejected")
-            before = found.get((row[_KEY], reason))
-            found[(row[_KEY], reason)] = (row[_ROWS] + (before[0] if before else 0), before[1] if before else row[_EVENT])
-    return found
+        inputs.append(frame.where(F.col(_KEY).isin(table)).select(
+            F.lit("j").alias(_KIND), F.col(_KEY),
+            F.coalesce(F.col(f"`{column}`").cast("string"), F.lit(query.name or "rejected")).alias(_REASON),
+            F.to_json(F.struct(*[F.col(f"`{c}`") for c in shown])).alias(_EVENT)))
+    if not inputs:
+        return []
+    return [functools.reduce(lambda a, b: a.unionByName(b), inputs)
+            .groupBy(_KIND, _KEY, _REASON).agg(F.first(_EVENT).alias(_EVENT), F.count(F.lit(1)).alias(_ROWS))
+            .select(_KIND, _KEY, _REASON, F.lit(None).cast("long").alias(_EVENT_US), _EVENT, _ROWS)]
 
 
 def _located(made: list[ReplayRow], source: Any) -> list[ReplayRow]:
