@@ -60,7 +60,8 @@ screenshot: venv
 # the overview at 1,000 checkpoints (local api-server and the S3 server), the monitor cycle at 1,000
 # checkpoints (local and on the S3 server, about 15 minutes), availableNow vs batch over January,
 # then all of 2013 per state store (about 20 minutes), then submit vs Spark Connect per DAG run and
-# 30 daily runs on one Connect server (about 10 minutes).
+# 30 daily runs on one Connect server (about 10 minutes), then the batch twin's ledger and corrections
+# against the run's streaming time on a job unlike the example (about 2 minutes).
 bench: venv
 	$(PY) benchmarks/audit_benchmark.py
 	$(PY) benchmarks/poke_benchmark.py
@@ -71,6 +72,7 @@ bench: venv
 	$(PY) benchmarks/flight_windows_benchmark.py --year
 	$(PY) benchmarks/s3_benchmark.py
 	$(PY) benchmarks/connect_benchmark.py
+	$(PY) benchmarks/twin_benchmark.py
 
 # A real deployment on 127.0.0.1 (PostgreSQL, Airflow 3 with the LocalExecutor, a Spark standalone
 # master and two workers), every process recorded by PID; `make down` stops exactly those.

