@@ -84,6 +84,11 @@ class WatermarkPartitionsOperator(BaseOperator):
     :param timezone: the days' IANA time zone (default ``America/New_York``; hours are UTC).
     :param partition_facts: ``callable(Partition) -> dict`` of JSON values added to the partition's
         entry in ``extra["partitions"]`` (e.g. windows and late rows in the sink for that day); None: none.
+    :param allowed_lateness: the job's allowed lateness (``"6 hours"``, :mod:`watermark_ops.core.ledger.corrections`):
+        a partition is final only once the watermark is that far past its end, when its windows are
+        emitted and the corrections of its recoverable late rows published (by the run that moved
+        the watermark there); the ``extra`` adds ``allowed_lateness_ms`` and ``final_through_ms``.
+        None: once its windows are emitted.
     :param fail_on_jumped: fail when the watermark jumped ahead of processing time (default True): a
         future-dated record passes every partition end, but on-time rows still to come will be
         dropped, so no partition is proven final.
@@ -101,7 +106,12 @@ class WatermarkPartitionsOperator(BaseOperator):
     def __init__(self, *, checkpoint: str, asset: Asset, since: Any, grain: str = "day",
                  timezone: str = DEFAULT_TIMEZONE, partition_facts: Callable[[Partition], dict] | None = None,
                  fail_on_jumped: bool = True, storage_options: dict[str, Any] | None = None,
-                 conn_id: str | None = None, **kwargs: Any) -> None:
+                 conn_id: str | None = None, allowed_lateness: str | None = None, **kwargs: Any) -> None:
+        self.allowed_lateness_ms = 0
+        if allowed_lateness:  # checked at DAG parse (ValueError); imported only when given
+            from watermark_ops.core.ledger.corrections import allowed_lateness_ms
+
+            self.allowed_lateness_ms = allowed_lateness_ms(allowed_lateness)
         if grain not in GRAINS:
             raise ValueError(f"grain must be one of {GRAINS}, got {grain!r}")
         for field in ("outlets", "inlets"):
@@ -185,13 +195,17 @@ class WatermarkPartitionsOperator(BaseOperator):
             if lost:
                 self.log.warning("claimed by %s without an asset event (that try did not succeed), announcing "
                                  "again: %s", remembered.pending.get("claimed_by"), lost)
-        new = newly_closed(c.emitted_through_ms, memory.keys, since_ms=since_ms, grain=self.grain, tz=self.timezone)
+        final_through = (c.emitted_through_ms - self.allowed_lateness_ms) if c.emitted_through_ms is not None else None
+        new = newly_closed(final_through, memory.keys, since_ms=since_ms, grain=self.grain, tz=self.timezone)
         document = {
             "checkpoint": self.checkpoint, "query_id": c.query_id, "grain": self.grain, "timezone": self.timezone,
             "watermark_ms": c.watermark_ms, "watermark": iso_utc(c.watermark_ms),
             "emitted_through_ms": c.emitted_through_ms, "emitted_through": iso_utc(c.emitted_through_ms),
             "partitions": {},
         }
+        if self.allowed_lateness_ms:
+            document.update(allowed_lateness_ms=self.allowed_lateness_ms, final_through_ms=final_through,
+                            final_through=iso_utc(final_through))
         if not new:
             if memory != remembered:
                 store.set(self.memory_key(), memory.to_dict())

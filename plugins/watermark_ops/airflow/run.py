@@ -254,7 +254,9 @@ def watermarked_run(
         (``<sink>_corrections/run_key=<run>/``) and to ``<checkpoint>.corrections.jsonl``; later rows
         stay final drops (:mod:`watermark_ops.core.ledger.corrections`). Checked when the DAG is
         parsed (a Spark interval of whole units; a template is checked by the launcher). Needs
-        ``attach`` and ``window``. None: no corrections.
+        ``attach`` and ``window``. The completeness gate and the partition announcements then wait
+        until the watermark is that far past a target or a partition's end: its windows are emitted
+        and their corrections published. None: no corrections.
     :param corrections_path: where the corrections table goes (default ``<sink>_corrections``);
         with ``allowed_lateness``.
     :param corrections_asset: with ``allowed_lateness``, the asset a run that corrected something
@@ -448,7 +450,7 @@ def watermarked_run(
             options = {"mode": "reschedule", "poke_interval": 60, "timeout": timedelta(hours=1), "retries": 0,
                        **(complete_kwargs or {})}
             gate = WatermarkReachedSensor(task_id=ids["complete"], checkpoint=checkpoint, target=complete_target,
-                                          asset=complete_asset, **options)
+                                          asset=complete_asset, allowed_lateness=allowed_lateness, **options)
             # after the audit: completeness is announced only for a checkpoint whose watermark the audit
             # passed, and the two looks share the checkpoint's remembered view in one order on every run
             audit >> gate
@@ -456,6 +458,7 @@ def watermarked_run(
             announce = WatermarkPartitionsOperator(
                 task_id=ids["announce"], checkpoint=checkpoint, asset=partition_asset, since=partition_since,
                 grain=partition_grain, timezone=partition_timezone, partition_facts=partition_facts, retries=2,
+                allowed_lateness=allowed_lateness,
             )
             [ledger, *([gate] if gate is not None else [])] >> announce
         if allowed_lateness:

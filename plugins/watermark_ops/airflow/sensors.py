@@ -337,6 +337,11 @@ class WatermarkReachedSensor(_WatermarkSensor):
         text (no offset: UTC), an aware datetime, or epoch ms.
     :param asset: the Asset to record the watermark on (added to the task's outlets); None: no event.
     :param fail_on_jumped: fail when the watermark jumped ahead of processing time (default True).
+    :param allowed_lateness: the job's allowed lateness (``"6 hours"``, :mod:`watermark_ops.core.ledger.corrections`):
+        the target counts as reached only once the watermark is that far past it, when no late row
+        can correct a window ending at or before it any more (its corrections are published by the
+        run that moved the watermark there); the event's ``extra`` adds ``allowed_lateness_ms`` and
+        ``final_through_ms`` (the target plus it). None: the target itself.
     :param deferrable: wait in the triggerer.
     :param timeout: how long to wait (``timedelta`` or seconds; default Airflow's sensor default).
 
@@ -349,7 +354,13 @@ class WatermarkReachedSensor(_WatermarkSensor):
     goal = "reached"
     ui_color = "#e8f6ea"
 
-    def __init__(self, *, target: Any, asset: Asset | None = None, fail_on_jumped: bool = True, **kwargs: Any) -> None:
+    def __init__(self, *, target: Any, asset: Asset | None = None, fail_on_jumped: bool = True,
+                 allowed_lateness: str | None = None, **kwargs: Any) -> None:
+        self.allowed_lateness_ms = 0
+        if allowed_lateness:  # checked at DAG parse (ValueError); imported only when given
+            from watermark_ops.core.ledger.corrections import allowed_lateness_ms
+
+            self.allowed_lateness_ms = allowed_lateness_ms(allowed_lateness)
         if asset is not None:
             outlets = list(kwargs.pop("outlets", None) or [])
             if asset not in outlets:
@@ -361,6 +372,10 @@ class WatermarkReachedSensor(_WatermarkSensor):
         self.fail_on_jumped = fail_on_jumped
 
     def _target_ms(self) -> int:
+        """The instant the watermark must reach: the target plus the allowed lateness (epoch ms UTC)."""
+        return self._given_target_ms() + self.allowed_lateness_ms
+
+    def _given_target_ms(self) -> int:
         try:
             return instant_ms(self.target)
         except ValueError as exc:
@@ -369,7 +384,7 @@ class WatermarkReachedSensor(_WatermarkSensor):
     def _on_done(self, context: Any, payload: dict[str, Any]) -> None:
         if self.asset is None:
             return
-        target_ms = self._target_ms()
+        target_ms = self._given_target_ms()
         latest = payload.get("latest_batch") or {}
         extra = {
             "checkpoint": self.checkpoint,
@@ -384,4 +399,6 @@ class WatermarkReachedSensor(_WatermarkSensor):
             "latest_batch_time": latest.get("time"),
             "evaluated_at": payload.get("evaluated_at"),
         }
+        if self.allowed_lateness_ms:
+            extra.update(allowed_lateness_ms=self.allowed_lateness_ms, final_through_ms=self._target_ms())
         context["outlet_events"][self.asset].extra.update(extra)

@@ -192,6 +192,38 @@ def test_reached_sensor_poke_records_the_watermark_on_the_asset(airflow_db, spar
     assert queued == ["consumer_of_completeness"]  # downstream scheduled on completeness
 
 
+def test_with_an_allowed_lateness_a_target_and_a_partition_are_final_only_that_far_behind_the_watermark(
+        airflow_db, spark):
+    """Corrections of late rows within the allowed lateness may still come until the watermark is
+    that far past a window's end: the gate and the partition announcements wait for it."""
+    from airflow.sdk import Asset
+
+    from watermark_ops.airflow.partitions import WatermarkPartitionsOperator
+    from watermark_ops.airflow.sensors import WatermarkReachedSensor
+
+    checkpoint = sf.backlog_then_future_record(spark).checkpoints["lagging"]
+    emitted = _offsets(checkpoint)[3]["batchWatermarkMs"]  # the trailing batch ran with it
+    hour = 3_600_000
+    asset = Asset(name="test_final_through_asset", uri="watermark-ops://test/final_through")
+    hours = Asset(name="test_final_hours", uri="watermark-ops://test/final_hours")
+    since = pendulum.from_timestamp((emitted // hour - 4) * hour / 1000, tz="UTC").isoformat()
+    with _dag("allowed_lateness_gates") as dag:
+        WatermarkReachedSensor(task_id="final", checkpoint=checkpoint, target=emitted - hour, asset=asset,
+                               allowed_lateness="1 hour", poke_interval=1, timeout=30)
+        WatermarkReachedSensor(task_id="not_yet", checkpoint=checkpoint, target=emitted - hour + 1,
+                               allowed_lateness="1 hour", mode="reschedule", poke_interval=1, timeout=3)
+        WatermarkPartitionsOperator(task_id="hours", checkpoint=checkpoint, asset=hours, since=since, grain="hour",
+                                    allowed_lateness="1 hour")
+    run = sf.run_dag(dag)
+    states = sf.task_states(run)
+    assert (states[("final", -1)], states[("not_yet", -1)], states[("hours", -1)]) == ("success", "failed", "success")
+    announced = sf.xcoms(run)[("hours", -1, "return_value")]
+    assert announced["final_through_ms"] == emitted - hour and announced["allowed_lateness_ms"] == hour
+    # the hours that ended an hour or more before the watermark, not the last hour before it
+    last_end = max(p["end_ms"] for p in announced["partitions"].values())
+    assert last_end <= emitted - hour < last_end + hour
+
+
 def test_reached_sensor_reschedule_mode_times_out_under_trigger_once(airflow_db, spark, tmp_path):
     from watermark_ops.airflow.sensors import WatermarkReachedSensor
 
