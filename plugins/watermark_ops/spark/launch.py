@@ -498,6 +498,9 @@ def _twin(args: argparse.Namespace, attachment, script: str, script_args: list[s
         traceback.print_exc()
         log.warning("late rows unknown for batches %s: the job's batch twin failed: %s", batch_ids, exc)
         return
+    for record in made:
+        if allowed:
+            record["allowed_lateness_ms"] = allowed  # the faces: no correction yet is 0 recovered, not unknown
     append_json_lines(replay_log_path(started.checkpoint), made)
     for record in made:
         log.info("batch %d from the job's batch twin: %d rows read, %d set aside, %d aggregated, %d late%s",

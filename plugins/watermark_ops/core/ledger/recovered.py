@@ -15,8 +15,9 @@ does not have matches any value. Every other late row is **dropped for good**. A
 whose window's result did not change has no correction, and counts as dropped for good.
 
 A checkpoint *declares* an allowed lateness for these figures when its corrections log
-(``<checkpoint>.corrections.jsonl``) holds at least one correction: without one the faces show
-no split (the figures are None), as before.
+(``<checkpoint>.corrections.jsonl``) holds at least one correction, or (for one run's figures) when
+the launcher's replay records of the run's batches carry ``allowed_lateness_ms``: without either the
+faces show no split (the figures are None).
 
 All instants epoch ms UTC. Pure core: no Airflow, no Spark.
 """
@@ -72,17 +73,19 @@ def split_recovered(late_rows: Iterable[Any], corrections: list[dict[str, Any]])
 
 
 def recovery(late_rows: Iterable[Any] | None, corrections: list[dict[str, Any]], run_tag: str | None = None,
-             ) -> dict[str, int | None]:
+             declared: bool = False) -> dict[str, int | None]:
     """A run's (or any set of batches') late rows split by the corrections.
 
     :param late_rows: the late rows, None when they are unknown (a batch not replayed).
     :param corrections: the checkpoint's corrections (:func:`read_corrections`); empty: no allowed
         lateness declared, every figure None.
     :param run_tag: the run whose corrections are counted (``corrections``); None: all of them.
+    :param declared: an allowed lateness was declared for these rows (their replay records say so),
+        so no correction yet means 0 recovered, not "no split".
     :return: ``{"rows_late_recovered": int | None, "rows_late_dropped": int | None (recovered +
         dropped = the late rows), "corrections": int | None (the run's corrections)}``.
     """
-    if not corrections:
+    if not corrections and not declared:
         return {"rows_late_recovered": None, "rows_late_dropped": None, "corrections": None}
     mine = [c for c in corrections if run_tag is None or c.get("run") == run_tag]
     if late_rows is None:

@@ -158,7 +158,8 @@ def reconcile_run(checkpoint: str, run_tag: str, quarantine_checkpoint: str | No
         "not_replayable": list(ledger.not_replayable),
         "sink_files": write_late_rows(ledger, sink, filesystem=filesystem_for(sink, filesystem),
                                       storage_options=storage_options) if sink else [],
-        **recovery(ledger.late_rows if known else None, corrections, run_tag),
+        **recovery(ledger.late_rows if known else None, corrections, run_tag,
+                   declared=_declares_allowed_lateness(checkpoint, report["batch_ids"], filesystem, storage_options)),
     }
     run["problems"] += bad
     run["balance"] = balance_line(run)
@@ -216,6 +217,17 @@ def with_ledger_rows(report: dict[str, Any], ledger: LateLedger | None) -> dict[
     else:
         report["quarantine_source"] = None
     return report
+
+
+def _declares_allowed_lateness(checkpoint: str, batch_ids: list[int], filesystem: Any,
+                               storage_options: dict[str, Any] | None) -> bool:
+    """Whether the launcher's replay records of ``batch_ids`` carry an allowed lateness."""
+    from watermark_ops.core.ledger.replayed import read_replay_log
+
+    if not batch_ids:
+        return False
+    records, _ = read_replay_log(checkpoint, filesystem=filesystem, storage_options=storage_options)
+    return any((records.get(b) or {}).get("allowed_lateness_ms") for b in batch_ids)
 
 
 def quarantine_check(run: dict[str, Any], max_quarantine_rate: float = DEFAULT_MAX_QUARANTINE_RATE) -> str | None:
