@@ -382,15 +382,10 @@ def watermarked_run(
             aside, the rows late and the drop rate (rows late / rows in, from the ledger; None when the
             ledger is not complete), Spark's late partial aggregates apart, and (with ``lateness``) the
             delay-threshold advice."""
-            from watermark_ops.core.ledger import late_ledger, with_ledger_rows
-            from watermark_ops.core.progress import run_report
+            from watermark_ops.core.run_figures import collect_run
 
-            report = run_report(checkpoint, run_id, quarantine_checkpoint)
-            # Rows, from the ledger: Spark's numRowsDroppedByWatermark counts late partial aggregates.
-            with_ledger_rows(report, late_ledger(checkpoint, report["batch_ids"]) if report["batch_ids"] else None)
-            if lateness:
-                report["lateness"] = _lateness(checkpoint, landings)
-            return report
+            # One ledger read makes every figure: the run's, each batch's and the lateness report's run.
+            return collect_run(checkpoint, run_id, quarantine_checkpoint, landings, lateness=lateness)
 
         @task(task_id=ids["ledger"], multiple_outputs=True, inlets=[CHECKPOINT_REGISTRY])
         def late_ledger(checkpoint: str, quarantine_checkpoint: str | None, landings: list[str],
@@ -495,11 +490,3 @@ def default_corrections_asset(checkpoint: str) -> Asset:
     return Asset(name=f"corrections of {str(checkpoint).rstrip('/')}", uri=location + ".corrections.jsonl")
 
 
-
-def _lateness(checkpoint: str, landings: list[str]) -> dict:
-    """The lateness report of the run's checkpoint: Spark's count per run (the run's rows are
-    ``collect_progress``'s own) and the advice on the late rule's event-time field: from the Spark
-    replay records for a job whose parsing is its own (any format), else from the landing folders."""
-    from watermark_ops.core.lateness import lateness_report
-
-    return lateness_report(checkpoint, landings, rows=False).to_dict()

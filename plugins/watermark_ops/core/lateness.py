@@ -206,7 +206,7 @@ def advise(lateness_ms: Sequence[int], targets: Iterable[float] = DEFAULT_TARGET
 class LandedLateness:
     """The observed lateness of the rows of one input, on the job's event-time field.
 
-    :ivar landing: the folder read (or, for a Spark-replayed job, the landing or checkpoint named).
+    :ivar landing: the landing folder (for a Spark-replayed job the one named, None when none was).
     :ivar event_time_field: the field used as event time: the job's (its late rule's, or given).
     :ivar files: files read (hidden names, Spark's in-progress files, are skipped).
     :ivar lateness_ms: per row with an event time, in arrival order, ms.
@@ -217,9 +217,10 @@ class LandedLateness:
     :ivar problems: the first messages naming file, line and what was expected.
     :ivar source: ``"landing"`` (the landed JSON lines, read here) or ``"spark_replay"`` (the rows the
         launcher's Spark replay made with the job's own parsing, ``<checkpoint>.replay.jsonl``).
+    :ivar read_from: what was read: the landing folder, or the replay log (``<checkpoint>.replay.jsonl``).
     """
 
-    landing: str
+    landing: str | None
     event_time_field: str | None
     files: int = 0
     lateness_ms: list[int] = field(default_factory=list)
@@ -227,9 +228,10 @@ class LandedLateness:
     malformed: int = 0
     problems: list[str] = field(default_factory=list)
     source: str = "landing"
+    read_from: str | None = None
 
     def summary(self, targets: Iterable[float] = DEFAULT_TARGETS) -> dict[str, Any]:
-        """JSON-ready: ``{"landing", "event_time_field", "source", "files", "events", "no_event_time",
+        """JSON-ready: ``{"landing", "read_from", "event_time_field", "source", "files", "events", "no_event_time",
         "malformed", "late_events" (lateness > 0), "p50_ms", "p99_ms", "max_lateness_ms", "advice": [...],
         "problems"}`` (quantiles are nearest-rank; None without events)."""
         ordered = sorted(self.lateness_ms)
@@ -238,7 +240,8 @@ class LandedLateness:
             return ordered[max(0, math.ceil(q * len(ordered)) - 1)] if ordered else None
 
         return {
-            "landing": self.landing, "event_time_field": self.event_time_field, "source": self.source,
+            "landing": self.landing, "read_from": self.read_from or self.landing,
+            "event_time_field": self.event_time_field, "source": self.source,
             "files": self.files, "events": len(ordered), "no_event_time": self.no_event_time,
             "malformed": self.malformed, "late_events": sum(1 for value in ordered if value > 0),
             "p50_ms": rank(0.5), "p99_ms": rank(0.99), "max_lateness_ms": ordered[-1] if ordered else None,
@@ -366,7 +369,7 @@ def replayed_lateness(checkpoint: str, event_time_field: str | None, landing: st
         replayed batches read), None when the checkpoint has no replay record.
     :raises OSError: when the replay log exists but cannot be read.
     """
-    from watermark_ops.core.ledger.replayed import read_replay_log
+    from watermark_ops.core.ledger.replayed import read_replay_log, replay_log_path
 
     records, problems = read_replay_log(checkpoint, filesystem=filesystem, storage_options=storage_options)
     if not records:
@@ -375,9 +378,9 @@ def replayed_lateness(checkpoint: str, event_time_field: str | None, landing: st
     for batch_id in sorted(records):
         times.extend(int(t) for t in records[batch_id].get("event_times_ms") or [])
         files.update(records[batch_id].get("files") or [])
-    return LandedLateness(landing=str(landing or checkpoint), event_time_field=event_time_field, files=len(files),
-                          lateness_ms=observed_lateness(times), problems=problems[:_MAX_PROBLEMS],
-                          malformed=len(problems), source="spark_replay")
+    return LandedLateness(landing=str(landing) if landing else None, event_time_field=event_time_field,
+                          files=len(files), lateness_ms=observed_lateness(times), problems=problems[:_MAX_PROBLEMS],
+                          malformed=len(problems), source="spark_replay", read_from=replay_log_path(checkpoint))
 
 
 # --------------------------------------------------------------------------------------------
@@ -515,7 +518,7 @@ def lateness_inputs(checkpoint: str, landings: Sequence[str], records: Sequence[
 
 def lateness_report(checkpoint: str, landings: Iterable[str] = (), targets: Iterable[float] = DEFAULT_TARGETS,
                     event_time_field: str | None = None, arrival_field: str | None = None, *,
-                    rows: bool = True, filesystem: Any = None,
+                    rows: bool = True, ledger: Any = None, filesystem: Any = None,
                     storage_options: dict[str, Any] | None = None) -> LatenessReport:
     """What the watermark dropped per run (the late-row ledger's rows, Spark's count beside them),
     and the observed lateness of the inputs with the delay-threshold advice.
@@ -528,6 +531,10 @@ def lateness_report(checkpoint: str, landings: Iterable[str] = (), targets: Iter
     :param arrival_field: a landed field telling when each event arrived (default: files' order).
     :param rows: replay the checkpoint's batches (:func:`watermark_ops.core.ledger.late_ledger`) for
         each run's late *rows* and drop rate; False leaves them None (Spark's count only).
+    :param ledger: a :class:`~watermark_ops.core.ledger.LateLedger` already read (e.g. of one run's
+        batches, as the run pattern's ``collect_progress`` has it): its rows are used and no other
+        ledger is read, so a run's figures here equal those made from it; a run whose batches it
+        does not hold stays unknown, saying so.
     :param filesystem: / storage_options: how to reach the progress log and the landing folders
         (e.g. ``s3://``), as for :func:`watermark_ops.core.checkpoint.read_checkpoint`; the
         landing folders are read concurrently.
@@ -542,14 +549,16 @@ def lateness_report(checkpoint: str, landings: Iterable[str] = (), targets: Iter
                                        arrival_field, **where)
     runs = drops_per_run(progress.records)
     unknown = None
-    if rows and runs:
+    if (rows or ledger is not None) and runs:
         from watermark_ops.core.ledger.replay import late_ledger
+        from watermark_ops.core.ledger.unknown import batches_text, unknown_reason
 
-        from watermark_ops.core.ledger.unknown import unknown_reason
-
-        ledger = late_ledger(checkpoint, **where)
+        ledger = late_ledger(checkpoint, **where) if ledger is None else ledger
+        held = {b.batch_id for b in ledger.batches}
 
         def reason_of(missing: list[int]) -> str | None:  # a run's own batches, never the whole ledger's
+            if not set(missing) <= held:
+                return f"{batches_text(missing)}: the late-row ledger was read for another run's batches only"
             sources = [s for s in ledger.not_replayable if set(s.get("batch_ids") or ()) & set(missing)]
             return unknown_reason(missing, ledger.problems, sources, ledger.found)
 
@@ -566,7 +575,7 @@ def lateness_report(checkpoint: str, landings: Iterable[str] = (), targets: Iter
         targets=tuple(targets),
         problems=tuple(progress.problems) + tuple(problems),
         late_rows_unknown_reason=unknown,
-        recovered=recovered if rows and runs else (),
+        recovered=recovered if (rows or ledger is not None) and runs else (),
     )
 
 

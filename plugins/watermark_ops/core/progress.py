@@ -477,8 +477,15 @@ def run_report(checkpoint: str, run_tag: str, quarantine_checkpoint: str | None 
     :return: :func:`summarize_run` of the main query's batches, plus ``quarantined_rows`` and
         ``quarantined_by_reason`` (``{reason: rows}``, e.g. ``{"malformed_record": 3,
         "null_event_time": 4, ...}``: this run's rows the quarantine query kept aside, summed from its
-        ``observed_metrics["quarantine"]``; zeros included), ``last_watermark`` (ISO-8601 UTC or
-        None) and ``progress_log_problems`` (lines of either log that could not be read, each naming file and line).
+        ``observed_metrics["quarantine"]``; zeros included), ``quarantine_batches`` (``[{"batch_id",
+        "quarantined_rows"}]``: the batches whose rows make ``quarantined_rows``, which sum to it),
+        ``last_watermark`` (ISO-8601 UTC or None) and ``progress_log_problems`` (lines of either log
+        that could not be read, each naming file and line). When the quarantine query counted the
+        rows, it counted them in its own batches (not the main query's ids): each of ``batches``
+        then has ``quarantined_rows`` None, and ``quarantine_batches`` are the quarantine query's.
+        Without a quarantine query the run's figures stay the main query's own (its batches'
+        ``quarantined_rows`` sum to them), for the late-row ledger to fill in
+        (:func:`watermark_ops.core.ledger.with_ledger_rows`).
     """
     where = {"filesystem": filesystem, "storage_options": storage_options}
     main = read_progress_log(progress_log_path(checkpoint), **where)
@@ -486,8 +493,15 @@ def run_report(checkpoint: str, run_tag: str, quarantine_checkpoint: str | None 
                                    **where)
     report = summarize_run(records_of_run(main, run_tag))
     kept_aside = summarize_run(records_of_run(quarantine, run_tag))
-    report["quarantined_rows"] = kept_aside["quarantined_rows"]
-    report["quarantined_by_reason"] = kept_aside["quarantined_by_reason"]
+    counted_by = report
+    if kept_aside["quarantined_by_reason"]:  # the quarantine query counts them, in batches of its own
+        counted_by = kept_aside
+        report["quarantined_rows"] = kept_aside["quarantined_rows"]
+        report["quarantined_by_reason"] = kept_aside["quarantined_by_reason"]
+        for batch in report["batches"]:
+            batch["quarantined_rows"] = None
+    report["quarantine_batches"] = [{"batch_id": b["batch_id"], "quarantined_rows": b["quarantined_rows"]}
+                                    for b in counted_by["batches"]]
     report["last_watermark"] = iso_utc(report["last_watermark_ms"])
     report["progress_log_problems"] = main.problems + quarantine.problems
     return report

@@ -195,7 +195,9 @@ def with_ledger_rows(report: dict[str, Any], ledger: LateLedger | None) -> dict[
     as ``late_partial_aggregates_spark``. When
     the job has no quarantine query of the package's (``quarantined_by_reason`` empty) and the ledger
     is complete, the rows it set aside are the ledger's, by the job's own reasons
-    (``quarantine_source`` ``"ledger"``; else ``"quarantine_query"``, or None when neither counted).
+    (``quarantine_source`` ``"ledger"``; else ``"quarantine_query"``, or None when neither counted),
+    and so are each batch's ``quarantined_rows`` and ``quarantine_batches``: the per-batch figures
+    always sum to the run's, from the same source.
 
     :return: ``report``, updated in place.
     """
@@ -214,6 +216,10 @@ def with_ledger_rows(report: dict[str, Any], ledger: LateLedger | None) -> dict[
     elif totals:
         report.update(quarantined_rows=totals["rows_quarantined"], quarantined_by_reason=totals["quarantined_by_reason"],
                       quarantine_source="ledger")
+        per_batch = {b.batch_id: sum(b.rows_quarantined.values()) for b in ledger.batches}
+        for batch in report.get("batches") or ():
+            batch["quarantined_rows"] = per_batch.get(batch["batch_id"], 0)
+        report["quarantine_batches"] = [{"batch_id": b, "quarantined_rows": rows} for b, rows in per_batch.items()]
     else:
         report["quarantine_source"] = None
     return report
