@@ -394,11 +394,19 @@ def _status(args: argparse.Namespace) -> int:
     except StallInputError:  # missing or unreadable: the status output already shows the problems
         classification = None
     state_store = _status_state_store(args, snapshot, view)
+    from watermark_ops.core.state.diagnosis import refused_restart
+
+    refused = refused_restart(args.checkpoint, **args.where)  # stands until a run succeeds
     if args.json:
-        print(json.dumps(dict(render.status_document(status, classification), state_store=state_store)))
+        print(json.dumps(dict(render.status_document(status, classification), state_store=state_store,
+                              refused_restart=refused)))
     else:
         console = render.terminal_console()
         render.print_status(status, console)
+        if refused is not None:
+            from rich.markup import escape
+
+            console.print(f"[bold red]restart refused[/]: {escape(refused['line'])}")
         if classification is not None:
             render.print_classification(classification, console)
         if state_store is not None:

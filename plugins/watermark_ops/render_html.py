@@ -64,7 +64,8 @@ _OVERVIEW = """{% extends "layout" %}{% block body %}
 <tr class="{{ 'bad' if row.rank == 0 else '' }}" data-checkpoint="{{ row.name }}">
 <td>{% if row.url %}<a href="{{ row.url }}">{{ row.name }}</a>{% else %}{{ row.name }}{% endif %}
 <br><code class="muted">{{ row.location }}</code>
-{% if row.error %}<div class="err">{{ row.error }}</div>{% endif %}</td>
+{% if row.error %}<div class="err">{{ row.error }}</div>{% endif %}
+{% if row.refused_restart %}<div class="err refused-restart"><span class="badge bad">restart refused</span> {{ row.refused_restart.line }}</div>{% endif %}</td>
 <td>{% if row.state %}<span class="badge {{ state_class(row.state) }}">{{ row.state }}</span>
 {% if row.alarm %}<span class="badge bad">alarm</span>{% endif %}{% else %}<span class="badge none">unknown</span>{% endif %}
 {% if row.reason %}<div class="muted">{{ row.reason }}</div>{% endif %}

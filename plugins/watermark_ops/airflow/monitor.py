@@ -126,6 +126,23 @@ def _state_payloads(entry: dict[str, Any], name: str, view: Any, rules: tuple[st
              "message": f"{name}: {f.rule}: {f.message}"} for f in found if f.rule in rules], document
 
 
+def _restart_payloads(entry: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    """One alarm while a restart of the entry's checkpoint stands refused (its diagnosis file,
+    removed by the next run that succeeds); none otherwise, or when the file cannot be reached."""
+    from watermark_ops.core.state.diagnosis import refused_restart
+
+    try:
+        refused = refused_restart(entry["checkpoint"], filesystem=_filesystem(entry),
+                                  storage_options=entry.get("storage_options"))
+    except Exception as exc:  # noqa: BLE001 - a connection problem is the watermark evaluation's alarm
+        log.warning("%s: the diagnosis of a refused restart cannot be read (%r)", entry["checkpoint"], exc)
+        return []
+    if refused is None:
+        return []
+    return [{"location": entry["checkpoint"], "name": name, "kind": "restart_refused", "state": None, "alarm": True,
+             "outcome": "fail", "refused_restart": refused, "message": f"{name}: {refused['line']}"}]
+
+
 def _unreadable(entry: dict[str, Any], message: str, problems: Iterable[Any] = ()) -> dict[str, Any]:
     name = entry.get("name") or entry["checkpoint"]
     return {"location": entry["checkpoint"], "name": name, "state": None, "alarm": True, "outcome": "fail",
@@ -209,7 +226,11 @@ def evaluate_entry(entry: dict[str, Any], *, at: Any = None, memory: Any = None,
         checkpoint's logs cost, :attr:`watermark_ops.core.view.View.requests`; the progress log not
         counted), "remembered": bool (a previous view was found), "state_alarms": [payload] (one
         per state finding alarmed on: ``{"location", "name", "kind": "state_store", "state": None,
-        "alarm": True, "outcome": "fail", "rule", "finding", "state_store", "message"}``)}``;
+        "alarm": True, "outcome": "fail", "rule", "finding", "state_store", "message"}``),
+        "restart_alarms": [payload] (one while a refused restart stands, until a run succeeds:
+        ``{"location", "name", "kind": "restart_refused", "state": None, "alarm": True, "outcome":
+        "fail", "refused_restart": :func:`~watermark_ops.core.state.diagnosis.refused_restart`,
+        "message": "<name>: <the diagnosis line>"}``)}``;
         ``payload`` (for an alarm of the watermark; None otherwise) is what a
         ``WatermarkStallSensor`` would push: the classification
         (:meth:`~watermark_ops.core.stall.Classification.to_dict`) plus ``outcome`` (``"fail"``),
@@ -230,7 +251,8 @@ def evaluate_entry(entry: dict[str, Any], *, at: Any = None, memory: Any = None,
             previous = load_view(memory, location)
         except Exception as exc:  # noqa: BLE001 - the memory only saves reads: never the cycle's failure
             log.warning("%s: the remembered view cannot be loaded (%r): read again", location, exc)
-    out: dict[str, Any] = {"requests": None, "remembered": previous is not None, "state_alarms": []}
+    out: dict[str, Any] = {"requests": None, "remembered": previous is not None, "state_alarms": [],
+                           "restart_alarms": _restart_payloads(entry, name)}
     try:
         rules = _state_alarms(entry, state_alarms)
         kwargs: dict[str, Any] = {"goal": "healthy", "thresholds": _thresholds(entry),
@@ -316,7 +338,7 @@ def summarize(results: list[dict[str, Any]], *, seconds: float | None = None) ->
 
     :return: ``{"checkpoints": int (watched), "counts": {state | "missing" | "unreadable": int},
         "alarm_count": int, "alarms": [payload, ...] (in full, in watch order: a checkpoint's
-        watermark alarm, then its state alarms), "state_alarm_count": int, "remembered": int
+        watermark alarm, then its state alarms, then its refused restart), "state_alarm_count": int, "remembered": int
         (checkpoints whose previous tail was found), "requests": {"list": n, "get": n, "head": n,
         "listed": checkpoints that had to list} (summed over the checkpoints whose read reported them), "seconds": float | None (wall time of
         the evaluations)}``.
@@ -327,7 +349,8 @@ def summarize(results: list[dict[str, Any]], *, seconds: float | None = None) ->
         counts[r["counted"]] = counts.get(r["counted"], 0) + 1
         for kind, n in (r.get("requests") or {}).items():
             requests[kind] = requests.get(kind, 0) + n
-    alarms = [a for r in results for a in ([r["payload"]] if r["alarm"] else []) + list(r.get("state_alarms") or ())]
+    alarms = [a for r in results for a in ([r["payload"]] if r["alarm"] else []) + list(r.get("state_alarms") or ())
+              + list(r.get("restart_alarms") or ())]
     return {"checkpoints": len(results), "counts": dict(sorted(counts.items())), "alarm_count": len(alarms),
             "alarms": alarms, "state_alarm_count": sum(len(r.get("state_alarms") or ()) for r in results), "remembered": sum(1 for r in results if r.get("remembered")),
             "requests": dict(sorted(requests.items())), "seconds": None if seconds is None else round(seconds, 3)}
@@ -384,7 +407,8 @@ def watch_cycle(context: Any, *, concurrency: int | None = None) -> list[dict[st
 def raise_alarm(context: Any, alarm: dict[str, Any]) -> None:
     """The ``alarm`` task: name the checkpoint (``context["checkpoint"]``, rendered by the task's
     ``map_index_template``: its name, ``<DAG id> / <query>`` for a registered one, else its
-    location; ``<name>: <rule>`` for a state alarm), then fail with the alarm as the exception's payload.
+    location; ``<name>: <rule>`` for a state alarm, ``<name>: restart refused`` for a refused restart),
+    then fail with the alarm as the exception's payload.
 
     :raises watermark_ops.airflow.sensors.WatermarkAlarm: always (no retries: the evaluation is the
         ``watch`` task's).
@@ -392,5 +416,6 @@ def raise_alarm(context: Any, alarm: dict[str, Any]) -> None:
     from watermark_ops.airflow.sensors import WatermarkAlarm
 
     named = alarm.get("name") or alarm.get("location")
-    context["checkpoint"] = f"{named}: {alarm['rule']}" if alarm.get("kind") == "state_store" else named
+    context["checkpoint"] = (f"{named}: {alarm['rule']}" if alarm.get("kind") == "state_store" else
+                             f"{named}: restart refused" if alarm.get("kind") == "restart_refused" else named)
     raise WatermarkAlarm(alarm.get("message") or f"{alarm.get('location')}: alarm", alarm)

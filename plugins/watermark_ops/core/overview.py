@@ -88,7 +88,9 @@ def overview_row(location: str, thresholds: Thresholds, *, name: str | None = No
         orders the overview (0 unreadable or violated, 1 alarm, 2 a warning (audit, partition
         skew, a state finding), lagging, or ``watermark_unknown`` (may be a stall the evidence cannot
         prove), 3 healthy (``no_watermark`` too), 4 not run yet); ``state_store``: the compact state
-        column (:func:`with_state_column`, judged with ``state_thresholds``, default the defaults).
+        column (:func:`with_state_column`, judged with ``state_thresholds``, default the defaults);
+        ``refused_restart``: the restart the driver refused, standing until a run succeeds
+        (:func:`with_refused_restart`).
     """
     row = empty_row(location, name)
     try:
@@ -103,7 +105,20 @@ def overview_row(location: str, thresholds: Thresholds, *, name: str | None = No
 
         summary = read_state_summary(location, snapshot.checkpoint, snapshot.records, filesystem=filesystem,
                                      storage_options=storage_options)
-    return with_state_column(row, summary, state_thresholds)
+    from watermark_ops.core.state.diagnosis import refused_restart
+
+    row = with_state_column(row, summary, state_thresholds)
+    return with_refused_restart(row, refused_restart(location, filesystem=filesystem, storage_options=storage_options))
+
+
+def with_refused_restart(row: dict[str, Any], refused: dict[str, Any] | None) -> dict[str, Any]:
+    """``row`` with ``refused_restart``: the standing refused restart
+    (:func:`watermark_ops.core.state.diagnosis.refused_restart`, its ``line`` the diagnosis), None
+    without one. The job is not running: the row ranks with the alarms (problems first)."""
+    row["refused_restart"] = refused
+    if refused is not None and row["rank"] > _RANK_ALARM:
+        row["rank"] = _RANK_ALARM
+    return row
 
 
 def with_state_column(row: dict[str, Any], summary: Any, thresholds: Any = None) -> dict[str, Any]:
@@ -169,7 +184,7 @@ def empty_row(location: str, name: str | None = None) -> dict[str, Any]:
         "in_flight_batch": None, "watermark_ms": None, "watermark": None, "lag_ms": None, "state": None,
         "alarm": False, "reason": None, "audit_status": None, "findings": 0, "errors": 0, "warnings": 0,
         "rules": [], "skew_warnings": [], "latest_batch_ms": None, "latest_batch_time": None, "error": None,
-        "rank": _RANK_OK, "state_store": None,
+        "rank": _RANK_OK, "state_store": None, "refused_restart": None,
     }
 
 

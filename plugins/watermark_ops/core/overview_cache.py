@@ -224,7 +224,9 @@ class SharedOverview:
         return evaluation
 
     def _refresh(self, jobs: Sequence[Job]) -> Evaluation:
+        from watermark_ops.core.overview import with_refused_restart
         from watermark_ops.core.stall import recent_batches
+        from watermark_ops.core.state.diagnosis import refused_restart
 
         started = time.monotonic()
         at = now_ms()
@@ -243,8 +245,11 @@ class SharedOverview:
                     reads[memory.reads.get("mode", "full")] += 1
                     reads["batch_files"] += memory.reads.get("batch_files", 0)
                     reads["requests"] += memory.reads.get("requests", 0)
-                return job.key, row_of(memory, job.thresholds, name=job.location, missing_ok=job.missing_ok,
-                                       at_ms=at, state_thresholds=job.state_thresholds)
+                row = row_of(memory, job.thresholds, name=job.location, missing_ok=job.missing_ok, at_ms=at,
+                             state_thresholds=job.state_thresholds)
+                # a refused restart changes no checkpoint file: its diagnosis is read at every refresh
+                refused = refused_restart(job.location, filesystem=job.filesystem, storage_options=job.storage_options)
+                return job.key, with_refused_restart(row, refused)
             except Exception as exc:  # one checkpoint must never take the overview down
                 if self._failed_row is None:
                     raise

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["DIAGNOSIS_SUFFIX", "Diagnosis", "diagnose_spark_error", "diagnosis_from_check", "diagnosis_path",
-           "read_diagnosis"]
+           "read_diagnosis", "refused_restart"]
 
 #: The diagnosis file's name beside the checkpoint.
 DIAGNOSIS_SUFFIX = ".diagnosis.json"
@@ -271,3 +271,24 @@ def read_diagnosis(location: Any, *, filesystem: Any = None,
     except (ValueError, UnicodeDecodeError, AttributeError) as exc:
         return Diagnosis("diagnosis_unreadable", "watermark-ops", f"the diagnosis file cannot be read ({exc})", shown,
                          "look at the driver's log of the last run", storage.display(root))
+
+
+def refused_restart(location: Any, *, filesystem: Any = None,
+                    storage_options: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """The refused restart standing beside a checkpoint, as ``status``, the overview and the monitor
+    show it until a run succeeds (the launcher removes the file then): one small read of
+    ``<checkpoint>.diagnosis.json`` (:func:`read_diagnosis`).
+
+    :return: ``{"line": the diagnosis line (what, which file, what to do), "code", "refused_by":
+        "watermark-ops" | "spark", "file": str | None, "run_tag": str | None, "timestamp_ms": epoch
+        ms UTC | None}``, None when no restart stands refused; a location that cannot be reached
+        gives None (the checkpoint's own read names that problem).
+    """
+    try:
+        found = read_diagnosis(location, filesystem=filesystem, storage_options=storage_options)
+    except (OSError, ValueError):
+        return None
+    if found is None:
+        return None
+    return {"line": found.line, "code": found.code, "refused_by": found.refused_by, "file": found.file,
+            "run_tag": found.run_tag, "timestamp_ms": found.timestamp_ms}
