@@ -319,7 +319,8 @@ def _state_subcommands() -> list[tuple]:
 _FLAG_HELP = {
     "idle_after": "no data batch for this long -> idle (durations: seconds or ISO-8601, e.g. PT6H, P1DT2H)",
     "max_idle": "idle longer than this -> alarm ('none' disables)",
-    "max_lag": "latest batch time - watermark above this -> lagging ('none' disables)",
+    "max_lag": "lag above this -> lagging: data interval end (when the run pattern stamped it, else the latest "
+               "batch time) - watermark ('none' disables)",
     "max_skew": "watermark ahead of the latest batch time by more than this -> jumped ('none' disables)",
     "stall_window": "data batches over this much time without a watermark move -> stalled ('none': count only)",
     "max_partition_skew": "a value of the job's partition column (a station, a region) whose newest event time trails "

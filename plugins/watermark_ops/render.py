@@ -272,7 +272,7 @@ def _evidence_rows(c: Classification) -> list[tuple[str, str]]:
         ("latest batch", f"{head.batch_id} at {iso_utc(head.timestamp_ms)}" + ("" if head.committed else " (in flight)")
          if head else "none"),
         ("latest data batch", f"{data.batch_id} at {iso_utc(data.timestamp_ms)}" if data else "none"),
-        ("lag (latest batch - watermark)", duration_text(c.lag_ms)),
+        *_lag_rows(c),
         ("idle (evaluated at - latest data batch)", duration_text(c.idle_ms)),
         ("last move", f"batch {c.last_move['batch_id']}: {iso_utc(c.last_move['from_ms'])} -> {iso_utc(c.last_move['to_ms'])}"
          if c.last_move else f"none {(c.history or {}).get('scope', 'in the retained logs')}"),
@@ -288,6 +288,17 @@ def _evidence_rows(c: Classification) -> list[tuple[str, str]]:
     rows.extend(_watermark_evidence_rows(c.watermark_evidence))
     rows.append(("thresholds", _thresholds_line(c.thresholds)))
     return rows
+
+
+def _lag_rows(c: Classification) -> list[tuple[str, str]]:
+    """The lag and the basis it was judged on (:mod:`watermark_ops.core.freshness`)."""
+    d = c.data_interval
+    if c.lag_basis == "data_interval" and d:
+        return [("lag (data interval end - watermark)", duration_text(c.lag_ms)),
+                ("lag basis", f"data interval {iso_utc(d['start_ms'])} -> {iso_utc(d['end_ms'])}, stamped by the run "
+                              f"pattern on batch {d['batch_id']}")]
+    return [("lag (latest batch - watermark)", duration_text(c.lag_ms)),
+            ("lag basis", "wall clock: the latest batch time (no data interval stamped on the newest progress record)")]
 
 
 def _watermark_evidence_rows(evidence: dict[str, Any] | None) -> list[tuple[str, str]]:

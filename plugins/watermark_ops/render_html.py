@@ -70,7 +70,7 @@ _OVERVIEW = """{% extends "layout" %}{% block body %}
 {% if row.alarm %}<span class="badge bad">alarm</span>{% endif %}{% else %}<span class="badge none">unknown</span>{% endif %}
 {% if row.reason %}<div class="muted">{{ row.reason }}</div>{% endif %}
 {% for warning in row.skew_warnings %}<div class="warn-text">warning: {{ warning }}</div>{% endfor %}</td>
-<td>{{ row.watermark or '-' }}</td><td>{{ words(row.lag_ms) }}</td>
+<td>{{ row.watermark or '-' }}</td><td>{{ words(row.lag_ms) }}{% if row.lag_basis %}<div class="muted lag-basis">{{ 'vs data interval end' if row.lag_basis == 'data_interval' else 'vs newest batch time' }}</div>{% endif %}</td>
 <td class="num">{{ row.head_batch_id if row.head_batch_id is not none else '-' }}</td>
 <td class="num">{{ row.in_flight_batch if row.in_flight_batch is not none else '-' }}</td>
 <td>{% if row.audit_status %}<span class="badge {{ audit_class(row.audit_status) }}">{{ row.audit_status }}</span>
@@ -100,7 +100,10 @@ _CHECKPOINT = """{% extends "layout" %}{% block body %}
 <tr><th>head batch</th><td>{{ s.head_batch_id if s.head_batch_id is not none else 'none' }}</td>
 <th>in-flight batch</th><td>{{ s.in_flight_batch if s.in_flight_batch is not none else 'none' }}</td></tr>
 <tr><th>newest batch time</th><td>{{ s.latest_batch_time or 'none' }}</td>
-<th>lag (newest batch − watermark)</th><td>{{ words(c.lag_ms if c else none) }}</td></tr>
+{% if c and c.lag_basis == 'data_interval' %}<th>lag (data interval end − watermark)</th><td id="lag">{{ words(c.lag_ms) }}
+<div class="muted" id="lag-basis">judged against the data interval {{ c.data_interval.start }} → {{ c.data_interval.end }} the run processed (stamped on batch {{ c.data_interval.batch_id }})</div></td></tr>
+{% else %}<th>lag (newest batch − watermark)</th><td id="lag">{{ words(c.lag_ms if c else none) }}{% if c %}
+<div class="muted" id="lag-basis">wall clock: no data interval stamped on the newest progress record</div>{% endif %}</td></tr>{% endif %}
 <tr><th>emitted through</th><td>{{ (c.emitted_through if c else none) or '-' }}</td>
 <th>evaluated at</th><td>{{ d.evaluated_at }}</td></tr>
 </table>

@@ -26,7 +26,8 @@ The JSON alert::
      "state": "stalled" | ... | null, "alarm": bool | null,
      "outcome": str | null, "message": str,
      "watermark": "2013-01-03T01:56:00Z" | null, "watermark_ms": int | null,
-     "lag_ms": int | null, "idle_ms": int | null,
+     "lag_ms": int | null, "lag_basis": "data_interval" | "wall_clock" | null,  # lag to the run's data
+     "idle_ms": int | null,                 # interval end, or to the latest batch time (core.freshness)
      "latest_batch": {"batch_id": int, "timestamp_ms": int, "time": str} | null,
      "reasons": [str], "hints": [str],
      "kind": "watermark" | "state_store", "finding": {"code", "rule", "severity", "batch_id", "file",
@@ -180,6 +181,7 @@ class WatermarkWebhookNotifier(BaseNotifier):
             "watermark": c.get("watermark"),
             "watermark_ms": c.get("watermark_ms"),
             "lag_ms": c.get("lag_ms"),
+            "lag_basis": c.get("lag_basis"),
             "idle_ms": c.get("idle_ms"),
             "latest_batch": None if not latest else {
                 "batch_id": latest.get("batch_id"), "timestamp_ms": latest.get("timestamp_ms"), "time": latest.get("time"),

@@ -283,7 +283,8 @@ class WatermarkStallSensor(_WatermarkSensor):
     :param idle_after: no data batch for this long → idle (``timedelta``, seconds, or ISO-8601
         duration text such as ``"PT15M"``; default 15 minutes).
     :param max_idle: idle longer than this → alarm (default 1 day; None: never).
-    :param max_lag: latest batch time − watermark above this → lagging (default 6 hours; None: off).
+    :param max_lag: lag above this → lagging (default 6 hours; None: off): the end of the run's data
+        interval stamped on the newest progress record, else the latest batch time, − watermark.
     :param max_skew: watermark ahead of the latest batch time by more → jumped (default 5 minutes; None: off).
     :param stall_window: data batches spanning this long without a watermark move → stalled (default 1 hour).
     :param stall_batches: this many data batches without a watermark move → stalled (default 3).

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 from watermark_ops.core.checkpoint import Checkpoint
 from watermark_ops.core.evidence import watermark_evidence
 from watermark_ops.core.facts import BatchFacts, batch_facts, inputs_evidence, last_move, progress_by_batch
+from watermark_ops.core.freshness import WALL_CLOCK, interval_document, judge_lag
 from watermark_ops.core.partition_skew import PartitionSkew, partition_skew
 from watermark_ops.core.reasons import advancing_reason, idle_reason, jumped_reason, stall_hints, stalled_reason
 from watermark_ops.core.thresholds import DEFAULT_THRESHOLDS, Thresholds
@@ -81,7 +82,14 @@ class Classification:
         windows ending at or before it are in the sink. Lower than ``watermark_ms`` until a batch
         runs with the new watermark (``availableNow``'s trailing no-data batch does at once;
         ``Trigger.Once`` one run later).
-    :ivar lag_ms: latest batch time minus ``watermark_ms``; None while the watermark is 0 (never set).
+    :ivar lag_ms: the lag reference minus ``watermark_ms`` (ms); None while the watermark is 0
+        (never set). The reference (``lag_basis``): the end of the data interval the newest progress
+        record was stamped with, else the latest batch time (:mod:`watermark_ops.core.freshness`).
+    :ivar lag_basis: ``"data_interval"`` (the newest progress record carries the run's data
+        interval) or ``"wall_clock"`` (the latest batch's processing time); None without batches.
+    :ivar data_interval: on the ``data_interval`` basis, ``{"start_ms", "end_ms", "batch_id"}`` of
+        the stamp used (epoch ms UTC; the batch whose record carried it); else None. In
+        :meth:`to_dict` also ``start`` and ``end`` as ISO-8601 UTC text.
     :ivar skew_ms: ``watermark_ms`` minus the latest batch time (positive: ahead of processing time).
     :ivar idle_ms: ``evaluated_at_ms`` minus the latest data batch's time; without any identified
         data batch, minus the first batch's time (a lower bound); None without batches.
@@ -125,6 +133,8 @@ class Classification:
     watermark_ms: int | None = None
     emitted_through_ms: int | None = None
     lag_ms: int | None = None
+    lag_basis: str | None = None
+    data_interval: dict[str, int] | None = None
     skew_ms: int | None = None
     idle_ms: int | None = None
     latest_batch: BatchFacts | None = None
@@ -163,6 +173,8 @@ class Classification:
             "emitted_through_ms": self.emitted_through_ms,
             "emitted_through": iso_utc(self.emitted_through_ms),
             "lag_ms": self.lag_ms,
+            "lag_basis": self.lag_basis,
+            "data_interval": interval_document(self.data_interval),
             "skew_ms": self.skew_ms,
             "idle_ms": self.idle_ms,
             "latest_batch": self.latest_batch.to_dict() if self.latest_batch else None,
@@ -186,7 +198,7 @@ class Classification:
         parts = [
             f"{self.location}: {self.state}{' (ALARM)' if self.alarm else ''}",
             f"watermark {iso_utc(self.watermark_ms) or 'none'}",
-            f"lag {_words(self.lag_ms)}",
+            f"lag {_words(self.lag_ms)}" + (f" ({self.lag_basis.replace('_', ' ')})" if self.lag_basis else ""),
             f"latest batch {head.batch_id} at {iso_utc(head.timestamp_ms)}" if head else "no batch",
             *([f"{len(self.warnings)} warning(s): partition skew"] if self.warnings else []),
         ]
@@ -268,7 +280,8 @@ def classify(checkpoint: Checkpoint, progress_records: Iterable[dict[str, Any]] 
     watermark = head.end_watermark_ms if head.committed and head.end_watermark_ms is not None else head.watermark_ms
     committed = [b for b in facts if b.committed]
     emitted_through = committed[-1].watermark_ms if committed else None
-    lag = head.timestamp_ms - watermark if watermark > 0 else None
+    judged = judge_lag(watermark, head.timestamp_ms, by_batch, head.batch_id)
+    lag = judged.lag_ms
     skew = watermark - head.timestamp_ms
     data = [b for b in facts if b.is_data]
     latest_data = data[-1] if data else None
@@ -284,7 +297,8 @@ def classify(checkpoint: Checkpoint, progress_records: Iterable[dict[str, Any]] 
     evidence = watermark_evidence(watermark, by_batch, state_metadata)
     partitions = partition_skew((by_batch[k] for k in sorted(by_batch)), watermark_ms=watermark,
                                 max_partition_skew_ms=_ms(t.max_partition_skew))
-    common = dict(watermark_ms=watermark, emitted_through_ms=emitted_through, lag_ms=lag, skew_ms=skew, idle_ms=idle,
+    common = dict(watermark_ms=watermark, emitted_through_ms=emitted_through, lag_ms=lag, lag_basis=judged.basis,
+                  data_interval=judged.data_interval, skew_ms=skew, idle_ms=idle,
                   latest_batch=head, latest_data_batch=latest_data, last_move=move, flat_data_batches=flat,
                   inputs=inputs_evidence(facts, by_batch), policy=policy, partition_skew=partitions,
                   warnings=tuple(partitions.warnings()) if partitions else (), watermark_evidence=evidence, **base)
@@ -322,10 +336,9 @@ def classify(checkpoint: Checkpoint, progress_records: Iterable[dict[str, Any]] 
         hints = stall_hints(flat, len(head.sources), policy)
     if t.max_lag is not None and lag is not None and lag > _ms(t.max_lag):
         applies.append(LAGGING)
-        reasons.append(
-            f"lagging: the watermark {iso_utc(watermark)} is {_words(lag)} behind the latest batch time "
-            f"{iso_utc(head.timestamp_ms)} (max lag {_words(_ms(t.max_lag))})"
-        )
+        basis = "" if judged.basis == WALL_CLOCK else "; judged against the data interval the run processed"
+        reasons.append(f"lagging: the watermark {iso_utc(watermark)} is {_words(lag)} behind "
+                       f"{judged.reference_words()} (max lag {_words(_ms(t.max_lag))}{basis})")
     idle_too_long = t.max_idle is not None and idle > _ms(t.max_idle)
     if latest_data is None or idle > _ms(t.idle_after):
         applies.append(IDLE)

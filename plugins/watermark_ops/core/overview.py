@@ -81,7 +81,8 @@ def overview_row(location: str, thresholds: Thresholds, *, name: str | None = No
     :param filesystem: / storage_options: how to reach the checkpoint and its progress log, as for
         :func:`~watermark_ops.core.checkpoint.read_checkpoint`.
     :return: ``{"name", "location", "query_id", "head_batch_id", "in_flight_batch",
-        "watermark_ms", "watermark", "lag_ms", "state", "alarm", "reason", "audit_status",
+        "watermark_ms", "watermark", "lag_ms", "lag_basis" ("data_interval" | "wall_clock" | None:
+        :mod:`watermark_ops.core.freshness`), "state", "alarm", "reason", "audit_status",
         "findings", "errors", "warnings" (the audit's), "rules": [rule names of the findings],
         "skew_warnings": [the classification's partition-skew warnings],
         "latest_batch_ms", "latest_batch_time", "error": str | None, "rank": int}``; ``rank``
@@ -161,6 +162,7 @@ def _row_of(row: dict[str, Any], checkpoint, thresholds: Thresholds, at_ms: int 
     )
     if classification is not None:
         row.update(state=classification.state, alarm=classification.alarm, lag_ms=classification.lag_ms,
+                   lag_basis=classification.lag_basis,
                    reason=(classification.reasons or (None,))[0], skew_warnings=list(classification.warnings))
     fatal = [p for p in status.problems if p.batch_id is None]
     if status.exit_code == 2 or fatal:
@@ -181,7 +183,8 @@ def empty_row(location: str, name: str | None = None) -> dict[str, Any]:
     a face fills ``error`` and ``rank`` for a checkpoint it will not or cannot read."""
     return {
         "name": name or location, "location": location, "query_id": None, "head_batch_id": None,
-        "in_flight_batch": None, "watermark_ms": None, "watermark": None, "lag_ms": None, "state": None,
+        "in_flight_batch": None, "watermark_ms": None, "watermark": None, "lag_ms": None, "lag_basis": None,
+        "state": None,
         "alarm": False, "reason": None, "audit_status": None, "findings": 0, "errors": 0, "warnings": 0,
         "rules": [], "skew_warnings": [], "latest_batch_ms": None, "latest_batch_time": None, "error": None,
         "rank": _RANK_OK, "state_store": None, "refused_restart": None,

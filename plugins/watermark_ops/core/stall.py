@@ -39,11 +39,14 @@ The five states (precedence when several apply: ``jumped`` > ``stalled`` > ``lag
   ``stall_window`` of processing time. Causes seen on real Spark: one input without data under
   ``min``; inputs taking turns across restarts (SPARK-50046); an event-time column that is null
   (or filtered out) for every new row; new rows all older than the watermark.
-* ``lagging``: the latest batch's processing time minus the current watermark exceeds
-  ``max_lag``. Lag is measured against the latest batch time, what the pipeline itself knows,
-  not against the evaluation instant: an idle pipeline does not lag more by waiting. A replay of
-  old data (a year of history processed today) lags by years: that is a backlog, truthfully
-  reported; disable the check (``max_lag=None``) for a deliberate replay.
+* ``lagging``: the lag exceeds ``max_lag``. When the newest progress record carries the data
+  interval of the run that wrote it (the run pattern stamps it), the lag is that interval's end
+  minus the current watermark: a backfill or catch-up run of old data whose watermark reached its
+  interval's end is on time, not lagging (``lag_basis`` ``"data_interval"``). Without the stamp it
+  is the latest batch's processing time minus the current watermark (``"wall_clock"``): what the
+  pipeline itself knows, not the evaluation instant (an idle pipeline does not lag more by
+  waiting); a replay of old data run without the run pattern lags by years there: disable the
+  check (``max_lag=None``) for it. :mod:`watermark_ops.core.freshness` judges the basis.
 * ``idle``: no data batch within ``idle_after`` before the evaluation instant. Not an alarm by
   itself (as Flink's idleness teaches); an alarm past ``max_idle``.
 * ``advancing``: none of the above: input arrived within ``idle_after`` and the watermark moved

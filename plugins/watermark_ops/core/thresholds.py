@@ -31,7 +31,8 @@ class Thresholds:
         (default 15 minutes: a few triggers of a frequently scheduled job).
     :ivar max_idle: idle for longer than this → alarm (default 1 day; raise it above the
         schedule interval of a daily job, e.g. 26 hours). None: idleness never alarms.
-    :ivar max_lag: latest batch time minus the current watermark above this → ``lagging``
+    :ivar max_lag: the lag above this → ``lagging``: the end of the data interval the newest
+        progress record was stamped with (else the latest batch time) minus the current watermark
         (default 6 hours: the job's delay threshold plus its schedule interval must fit under
         it). None: the check is disabled (a deliberate replay of old data).
     :ivar max_skew: the current watermark ahead of the latest batch time by more than this →

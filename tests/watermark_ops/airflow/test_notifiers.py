@@ -56,6 +56,7 @@ def test_failure_callback_posts_the_sensors_classification(airflow_db, spark, mo
     assert alert["watermark_ms"] == head["batchWatermarkMs"]
     assert alert["watermark"] == pendulum.from_timestamp(head["batchWatermarkMs"] / 1000, tz="UTC").format("YYYY-MM-DD[T]HH:mm:ss[Z]")
     assert alert["lag_ms"] == head["batchTimestampMs"] - head["batchWatermarkMs"]
+    assert alert["lag_basis"] == "wall_clock"  # the fixture's runs were not launched by the run pattern
     assert alert["latest_batch"]["batch_id"] == head_id and alert["latest_batch"]["timestamp_ms"] == head["batchTimestampMs"]
     assert (alert["dag_id"], alert["run_id"], alert["task_id"], alert["map_index"], alert["try_number"]) == (
         "notifier_on_failure", run.run_id, "watch", -1, 1)
