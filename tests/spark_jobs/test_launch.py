@@ -83,8 +83,25 @@ def launched(tmp_path_factory):
     for number, frame in enumerate((first, _weather("JFK", "2013-01-02"), second)):
         frame.to_parquet(tmp / "landing" / f"part-{number}.parquet", index=False)
         time.sleep(1.0)  # the file source takes new files oldest first (modification time)
-    done = _launch(tmp, "--pre-watermark", "plain_parquet:readings")
+    # the day's data interval, as the run pattern renders {{ data_interval_start }} / {{ data_interval_end }}
+    done = _launch(tmp, "--pre-watermark", "plain_parquet:readings", "--data-interval-start",
+                   "2013-01-02 00:00:00+00:00", "--data-interval-end", "2013-01-03T00:00:00+00:00")
     return tmp, done, first, second
+
+
+def test_every_progress_record_carries_the_runs_data_interval_and_the_lag_is_judged_against_it(launched):
+    """2013 data processed today: on time for its interval (lag to the interval's end, not 13 years)."""
+    from watermark_ops.core.stall import evaluate
+
+    tmp, done, _, _ = launched
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    records = [json.loads(line) for line in (tmp / "ck.progress.jsonl").read_text().splitlines()]
+    stamp = {"start_ms": 1_357_084_800_000, "end_ms": 1_357_171_200_000}  # 2013-01-02 -> 2013-01-03 UTC
+    assert records and all(r["data_interval"] == stamp for r in records)
+    c = evaluate(str(tmp / "ck"))
+    assert c.lag_basis == "data_interval" and c.data_interval["end_ms"] == stamp["end_ms"]
+    assert c.lag_ms == stamp["end_ms"] - c.watermark_ms and 0 < c.lag_ms < 6 * HOUR_MS
+    assert "lagging" not in c.applies and not c.alarm
 
 
 def test_a_plain_parquet_job_gets_exact_late_rows_from_the_launcher(launched):

@@ -6,7 +6,7 @@ needs before and after its Spark run, wired once::
     preflight              will the restart work? go / warn / no_go (``airflow.restart.preflight_gate``):
       │                    no_go fails here, with the reason, the file and the recipe: nothing launched
     submit (SparkSubmitOperator, or with launch="connect" SparkConnectRunOperator on a Spark Connect
-            server: the job, --checkpoint, --trigger, --run-tag {{ run_id }}); a restart the driver's
+            server: the job, --checkpoint, --trigger, --run-tag {{ run_id }}, the data interval); a restart the driver's
             start check or Spark refused fails it with the driver's one-line diagnosis
       ├─▶ collect_progress   this run's micro-batches, last watermark, quarantined rows, lateness advice
       ├─▶ late_ledger        every row this run's batches dropped as late, and the balance
@@ -35,7 +35,12 @@ chains its own tasks before and after it (``land() >> run >> report()``). The jo
   the column naming why a row is set aside, the partition column; or
 * a script written with the package's opt-in helpers, which parses the shared flags
   (``watermark_ops.spark.add_run_arguments``: ``--checkpoint``, ``--trigger``, ``--run-tag``,
-  ``--max-files-per-trigger``) and runs its queries through ``watermark_ops.spark.run_queries``.
+  ``--data-interval-start``/``--data-interval-end``, ``--max-files-per-trigger``) and runs its
+  queries through ``watermark_ops.spark.run_queries``.
+
+Either way the recorder stamps the DAG run's data interval on every progress record, so the
+watermark's lag is judged against the end of the interval the run processed
+(:mod:`watermark_ops.core.freshness`): a backfill of old data is on time for its interval.
 
 Either way the progress log the tasks after it read lies beside the checkpoint.
 
@@ -78,6 +83,10 @@ DEFAULT_TASK_IDS = {
 SPARK_TRIGGERS = ("availableNow", "once")
 #: How the job's driver runs: a Spark application per run (spark-submit), or a client of a Spark Connect server.
 LAUNCHES = ("submit", "connect")
+#: The run's identity, passed to the launcher and to a helpers job alike: its run id and its data interval
+#: (rendered "None" for a run without one: the recorder then stamps none).
+RUN_FLAGS = ("--run-tag", "{{ run_id }}", "--data-interval-start", "{{ data_interval_start }}",
+             "--data-interval-end", "{{ data_interval_end }}")
 #: The share of a run's input rows that may be set aside before its check fails (``core.ledger``'s default).
 MAX_QUARANTINE_RATE = 0.5
 
@@ -104,7 +113,7 @@ def _declarations(checkpoint: str, window: str | None, event_time: str | None, w
                   partitions: Sequence[str] | None, landings: list[str], accepted: str | None = None,
                   allowed_lateness: str | None = None, corrections_path: str | None = None) -> list[str]:
     """The launcher's flags (:func:`watermark_ops.spark.launch.parse_launch_args`) for the declarations."""
-    args = ["--checkpoint", checkpoint, "--run-tag", "{{ run_id }}"]
+    args = ["--checkpoint", checkpoint, *RUN_FLAGS]
     if accepted:
         args.append(f"--accept-changes={accepted}")
     for flag, value in (("--window", window), ("--event-time", event_time), ("--watermark-column", watermark_column),
@@ -198,7 +207,9 @@ def watermarked_run(
     :param landings: the landing folders of the query's inputs (one per source, in plan order):
         the lateness advice reads them; the late-row ledger finds them in the checkpoint's source log.
     :param application_args: the job's own arguments, before the run pattern's
-        (``--checkpoint``, ``--trigger``, ``--run-tag {{ run_id }}``, ``--max-files-per-trigger``).
+        (``--checkpoint``, ``--trigger``, ``--run-tag {{ run_id }}``, ``--data-interval-start`` /
+        ``--data-interval-end`` (``{{ data_interval_start }}`` / ``{{ data_interval_end }}``),
+        ``--max-files-per-trigger``).
     :param spark_trigger: ``"availableNow"`` (default) or ``"once"``, or a template rendering to one
         (e.g. ``"{{ params.spark_trigger }}"``).
     :param max_files_per_trigger: the file source's ``maxFilesPerTrigger`` (several micro-batches
@@ -332,8 +343,7 @@ def watermarked_run(
         if launch == "submit":  # the driver log: the job's lines and Spark's warnings, not every INFO line
             conf = {"spark.log.level": "WARN", "spark.ui.showConsoleProgress": "false", **(conf or {})}
     else:
-        args = [*application_args, "--checkpoint", checkpoint, "--trigger", spark_trigger,
-                "--run-tag", "{{ run_id }}"]
+        args = [*application_args, "--checkpoint", checkpoint, "--trigger", spark_trigger, *RUN_FLAGS]
         if max_files_per_trigger not in (None, ""):
             # One token, so that a template rendering to nothing ("" / "None": all files) reaches the job as such.
             args.append(f"--max-files-per-trigger={max_files_per_trigger}")

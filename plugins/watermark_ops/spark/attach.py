@@ -115,6 +115,8 @@ class Attachment:
         the watermark (:func:`~watermark_ops.spark.recorder.observe_partition_event_times`), or None.
     :param accept_changes: the silent changes of the script's queries this run accepts
         (``window_duration``, ``watermark_delay``, ``source_path``).
+    :param data_interval: the launching DAG run's ``{"start_ms", "end_ms"}`` (epoch ms UTC), stamped
+        on every progress record; None: not stamped.
     """
 
     run_tag: str | None
@@ -123,6 +125,7 @@ class Attachment:
     on_takeover: Callable[[dict[str, Any]], None] | None = None
     partition: tuple[str, tuple[str, ...]] | None = None
     accept_changes: tuple[str, ...] = ()
+    data_interval: dict[str, int] | None = None
     sources: list[Source] = field(default_factory=list)
     watermarks: list[tuple[str, str]] = field(default_factory=list)
     queries: list[StartedQuery] = field(default_factory=list)
@@ -313,7 +316,7 @@ class Attachment:
         if self.recorder is None:
             self.spark = spark
             self.recorder = ProgressRecorder(spark, self.run_tag, started.spark_trigger or "availableNow",
-                                             listen=not is_connect_session(spark))
+                                             listen=not is_connect_session(spark), data_interval=self.data_interval)
         rules = self.late_rules
         self.recorder.register(started.query, progress_log_path(started.checkpoint),
                                lambda progress: rules(started, progress), spark_trigger=started.spark_trigger,

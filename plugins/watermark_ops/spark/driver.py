@@ -31,7 +31,7 @@ from watermark_ops.spark.exits import (
     EXIT_VERSION_MISMATCH,
 )
 from watermark_ops.spark.lock import CheckpointInUse, checkpoint_lock
-from watermark_ops.spark.recorder import POLL_SECONDS, ProgressRecorder
+from watermark_ops.spark.recorder import POLL_SECONDS, ProgressRecorder, add_data_interval_arguments, data_interval_of
 from watermark_ops.spark.restart import RestartRefused, check_start, clear_diagnosis, diagnose_failure
 from watermark_ops.spark.session import server_lost, session_from_args, stop_session
 from watermark_ops.spark.trigger import SPARK_TRIGGERS, apply_spark_trigger, land_tick, owed_trailing_batch
@@ -44,7 +44,8 @@ __all__ = ["add_run_arguments", "execute", "run_queries", "stop_orphans"]
 def run_queries(spark, plans, spark_trigger: str, run_tag: str | None,
                 tick_landing: str | None = None,
                 late_rules: dict[str, dict[str, Any] | None] | None = None,
-                accept_changes: Any = None) -> list[tuple[Any, list[dict[str, Any]]]]:
+                accept_changes: Any = None,
+                data_interval: dict[str, int] | None = None) -> list[tuple[Any, list[dict[str, Any]]]]:
     """Run (restart) streaming queries once with one Spark trigger, recording progress.
 
     :param plans: ``(name, streaming DataFrame, checkpoint, output)`` per query; each is started
@@ -63,6 +64,9 @@ def run_queries(spark, plans, spark_trigger: str, run_tag: str | None,
     :param accept_changes: the silent changes of the queries the run accepts (``window_duration``,
         ``watermark_delay``, ``source_path``: a list or comma-separated text); None: what
         :func:`execute` was given (``--accept-changes``), else none.
+    :param data_interval: the launching DAG run's ``{"start_ms", "end_ms"}`` (epoch ms UTC) stamped
+        on every progress record; None: what :func:`execute` was given (``--data-interval-start``,
+        ``--data-interval-end``), else none.
     :return: ``[(StreamingQuery, this run's progress records)]`` in the order of ``plans``.
     :raises checkpoint_lock.CheckpointInUse: when another driver holds a checkpoint's lock
         (``<checkpoint>.lock``, held for the whole run); no query is started then.
@@ -87,7 +91,9 @@ def run_queries(spark, plans, spark_trigger: str, run_tag: str | None,
                                 checkpoint, owed, path)
         if accept_changes is None:
             accept_changes = getattr(spark, "_watermark_ops_accept", ())
-        return _run_locked(spark, plans, spark_trigger, run_tag, late_rules or {}, accept_changes)
+        if data_interval is None:
+            data_interval = getattr(spark, "_watermark_ops_interval", None)
+        return _run_locked(spark, plans, spark_trigger, run_tag, late_rules or {}, accept_changes, data_interval)
 
 
 def stop_orphans(previous: dict[str, Any]) -> None:
@@ -110,14 +116,15 @@ def stop_orphans(previous: dict[str, Any]) -> None:
 
 
 def _run_locked(spark, plans, spark_trigger: str, run_tag: str | None,
-                late_rules: dict[str, dict[str, Any] | None], accept_changes: Any) -> list[tuple[Any, list[dict[str, Any]]]]:
+                late_rules: dict[str, dict[str, Any] | None], accept_changes: Any,
+                data_interval: dict[str, int] | None = None) -> list[tuple[Any, list[dict[str, Any]]]]:
     from watermark_ops.spark.connect import is_connect_session
 
     # Every query is checked before any starts: a refused one leaves the others' checkpoints as they were.
     started_with = {name: check_start(frame, checkpoint, accept_changes, query_name=name, run_tag=run_tag).starting
                     for name, frame, checkpoint, _ in plans}
     remote = is_connect_session(spark)
-    recorder = ProgressRecorder(spark, run_tag, spark_trigger, listen=not remote)
+    recorder = ProgressRecorder(spark, run_tag, spark_trigger, listen=not remote, data_interval=data_interval)
     queries = []
     waiting = None  # (name, checkpoint) of the query being waited for
     try:
@@ -178,7 +185,9 @@ def _optional_count(text: str) -> int | None:
 def add_run_arguments(parser) -> None:
     """The command-line flags every job shares, which the run pattern
     (``watermark_ops.airflow.run.watermarked_run``) passes: ``--checkpoint`` (required),
-    ``--trigger`` (dest ``spark_trigger``), ``--run-tag``, and ``--max-files-per-trigger``,
+    ``--trigger`` (dest ``spark_trigger``), ``--run-tag``, ``--data-interval-start`` /
+    ``--data-interval-end`` (the DAG run's data interval, stamped on every progress record by
+    :func:`run_queries` under :func:`execute`), and ``--max-files-per-trigger``,
     ``--master``, ``--shuffle-partitions``, ``--accept-changes`` (the silent changes of the query the
     run accepts, comma-separated: ``window_duration``, ``watermark_delay``, ``source_path``); for the
     Connect launch ``--remote`` (``sc://`` URL), ``--session-id`` and ``--conf KEY=VALUE`` (dest ``spark_conf``)."""
@@ -186,6 +195,7 @@ def add_run_arguments(parser) -> None:
     parser.add_argument("--trigger", dest="spark_trigger", choices=list(SPARK_TRIGGERS), default="availableNow",
                         help="Spark trigger: availableNow (default) or the deprecated once")
     parser.add_argument("--run-tag", help="stamped on every progress record (the DAG passes its run id)")
+    add_data_interval_arguments(parser)
     parser.add_argument("--max-files-per-trigger", type=_optional_count,
                         help="the file source's maxFilesPerTrigger: several micro-batches per run "
                              "(empty or None: all new files in one)")
@@ -229,6 +239,11 @@ def execute(app_name: str, args, run: Callable[[Any], dict]) -> tuple[int, dict 
         log.error("not started: --accept-changes: %s", exc)
         return 2, None
     try:
+        interval = data_interval_of(args)
+    except ValueError as exc:
+        log.error("not started: --data-interval-start/--data-interval-end: %s", exc)
+        return 2, None
+    try:
         spark = session_from_args(app_name, args)
     except ConnectVersionMismatch as exc:
         log.error("not started: %s", exc)
@@ -239,6 +254,7 @@ def execute(app_name: str, args, run: Callable[[Any], dict]) -> tuple[int, dict 
             return EXIT_SERVER_LOST, None
         raise
     spark._watermark_ops_accept = accepted  # run_queries' default
+    spark._watermark_ops_interval = interval  # run_queries' default
     lost = False
     refused = None
     try:

@@ -65,6 +65,9 @@ def parse_launch_args(argv: list[str]) -> tuple[argparse.Namespace, str, list[st
                                      description="Run a Structured Streaming script with the watermark-ops recorder.")
     parser.add_argument("--checkpoint", help="the checkpoint of the query the late rule is about (the job's own)")
     parser.add_argument("--run-tag", help="stamped on every progress record (the DAG's run id)")
+    from watermark_ops.spark.recorder import add_data_interval_arguments, data_interval_of
+
+    add_data_interval_arguments(parser)  # the DAG run's data interval, stamped on every progress record
     parser.add_argument("--window", help="the query's tumbling event-time window ('1 hour'): late rows are those "
                                          "whose window closed; without it, those whose event time is behind the watermark")
     parser.add_argument("--event-time", help="the landed field the event time comes from (default: the column "
@@ -110,6 +113,10 @@ def parse_launch_args(argv: list[str]) -> tuple[argparse.Namespace, str, list[st
             parser.error(f"--allowed-lateness: {exc}")
         if not args.window:
             parser.error("--allowed-lateness needs --window (the windows it corrects)")
+    try:
+        args.data_interval = data_interval_of(args)
+    except ValueError as exc:
+        parser.error(f"--data-interval-start/--data-interval-end: {exc}")
     if args.partition_column and not args.partitions:
         parser.error("--partition-column needs --partitions (the values to keep apart)")
     from watermark_ops.core.state.restart import parse_accepted
@@ -162,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.partition_column else None
     attachment = Attachment(args.run_tag, lambda started, progress: _late_rule(args, attachment, started, progress),
                             lock_holder={"spark_connect": remote} if remote else None, on_takeover=stop_orphans,
-                            partition=partition, accept_changes=args.accept_changes)
+                            partition=partition, accept_changes=args.accept_changes,
+                            data_interval=args.data_interval)
     code = 0
     refused = None
     try:

@@ -29,8 +29,15 @@ appended to ``<checkpoint>.progress.jsonl`` (beside the checkpoint). One line pe
      "requested_conf": {key: value},  # what this run's session asked for, of RECORDED_CONFS
      "spark_version": str,        # the driver's pyspark version (e.g. "4.2.0"): which late-row rule applies
      "late_rule": {...} | null,   # which rows this query drops as late, see below
-     "started_with": {...} | null}  # what the run started: sources, stateful operators, watermarks,
+     "started_with": {...} | null,  # what the run started: sources, stateful operators, watermarks,
                                     # windows (watermark_ops.core.state.plan.QueryShape.to_dict)
+     "data_interval": {"start_ms": int, "end_ms": int} | null}  # the DAG run's data interval (epoch ms
+                                    # UTC) when the run pattern launched the run, see below
+
+``data_interval`` is the data interval of the Airflow run that launched this run (the run pattern
+passes ``--data-interval-start/--data-interval-end``, :func:`add_data_interval_arguments`): the
+stall classification judges the watermark's lag against its end (:mod:`watermark_ops.core.freshness`),
+so a backfill of old data is on time for its interval. Null for a run launched otherwise.
 
 ``started_with`` is the shape of the query's analyzed plan as the run started it (the driver's
 start check, :mod:`watermark_ops.spark.restart`): the next run's start check compares its own
@@ -91,13 +98,14 @@ import threading
 from datetime import datetime
 from typing import Any
 
+from watermark_ops.core.freshness import data_interval
 from watermark_ops.core.ledger.rule import ALLOW_MULTIPLE_CONF
 from watermark_ops.spark.trigger import FROZEN_CONFS
 
 log = logging.getLogger("watermark_ops.spark")
 
-__all__ = ["OTHER_PARTITION", "POLL_SECONDS", "RECORDED_CONFS", "ProgressRecorder", "observe_partition_event_times",
-           "observed_metrics", "progress_record"]
+__all__ = ["OTHER_PARTITION", "POLL_SECONDS", "RECORDED_CONFS", "ProgressRecorder", "add_data_interval_arguments",
+           "data_interval_of", "observe_partition_event_times", "observed_metrics", "progress_record"]
 
 # ALLOW_MULTIPLE_CONF (core.ledger.rule): whether late rows are filtered against the previous batch's
 # watermark (true, the Spark 3.4+ default) or the current one; a session conf the offset log does
@@ -199,10 +207,12 @@ def _input_rows(progress: dict[str, Any]) -> int:
 def progress_record(progress: dict[str, Any], run_tag: str | None, spark_trigger: str,
                     requested_conf: dict[str, str] | None = None,
                     late_rule: dict[str, Any] | None = None, spark_version: str | None = None,
-                    started_with: dict[str, Any] | None = None) -> dict[str, Any]:
+                    started_with: dict[str, Any] | None = None,
+                    data_interval: dict[str, int] | None = None) -> dict[str, Any]:
     """Reduce one ``StreamingQueryProgress`` JSON (a dict) to the progress-log line shape above;
     ``late_rule`` is the query's (:func:`late_rule`), None for a query without a watermark;
     ``started_with`` what the run started (``QueryShape.to_dict()``), None when not checked;
+    ``data_interval`` the launching DAG run's ``{"start_ms", "end_ms"}`` (epoch ms UTC), or None;
     ``event_time_max_ms_by_partition`` comes from ``observedMetrics`` (:func:`observe_partition_event_times`)."""
     event_time = progress.get("eventTime") or {}
     operators = progress.get("stateOperators") or []
@@ -248,7 +258,27 @@ def progress_record(progress: dict[str, Any], run_tag: str | None, spark_trigger
         "spark_version": spark_version,
         "late_rule": late_rule,
         "started_with": started_with,
+        "data_interval": dict(data_interval) if data_interval else None,
     }
+
+
+def add_data_interval_arguments(parser) -> None:
+    """Add ``--data-interval-start`` / ``--data-interval-end`` to an ``argparse`` parser: the data
+    interval of the DAG run that launched this run (ISO-8601 text, as the run pattern renders
+    ``{{ data_interval_start }}``; empty or ``None``: none), read back by :func:`data_interval_of`."""
+    for edge in ("start", "end"):
+        parser.add_argument(f"--data-interval-{edge}", metavar="ISO-8601",
+                            help=f"the {edge} of the launching DAG run's data interval: stamped on every progress "
+                                 "record, the watermark's lag is judged against its end")
+
+
+def data_interval_of(args: Any) -> dict[str, int] | None:
+    """The parsed flags of :func:`add_data_interval_arguments` → ``{"start_ms", "end_ms"}`` (epoch ms
+    UTC), None when either is absent (a parser without them, or a run without a data interval).
+
+    :raises ValueError: for text that is not an instant, or an end before the start.
+    """
+    return data_interval(getattr(args, "data_interval_start", None), getattr(args, "data_interval_end", None))
 
 
 def append_json_lines(location: str, records: list[dict[str, Any]]) -> None:
@@ -278,10 +308,14 @@ class ProgressRecorder:
     may trail the query's termination). Files are appended through fsspec (local by default).
     """
 
-    def __init__(self, spark, run_tag: str | None, spark_trigger: str, listen: bool = True):
+    def __init__(self, spark, run_tag: str | None, spark_trigger: str, listen: bool = True,
+                 data_interval: dict[str, int] | None = None):
+        """:param data_interval: the launching DAG run's ``{"start_ms", "end_ms"}`` (epoch ms UTC,
+        :func:`data_interval_of`), stamped on every record; None: not stamped."""
         self._spark = spark
         self._listen = listen
         self._run_tag = run_tag
+        self._data_interval = data_interval
         self._spark_trigger = spark_trigger
         self._requested_conf = {
             key: value for key in RECORDED_CONFS if (value := spark.conf.get(key, None)) is not None
@@ -361,7 +395,7 @@ class ProgressRecorder:
             self._written.add(key)
             record = progress_record(progress, self._run_tag, self._triggers.get(query_id, self._spark_trigger),
                                      self._requested_conf, self._rule(query_id, progress), self._spark_version,
-                                     self._started.get(query_id))
+                                     self._started.get(query_id), self._data_interval)
             append_json_lines(path, [record])
 
     def _rule(self, query_id: str, progress: dict[str, Any]) -> dict[str, Any] | None:
@@ -387,7 +421,7 @@ class ProgressRecorder:
         return [
             progress_record(progress, self._run_tag, self._triggers.get(query_id, self._spark_trigger),
                             self._requested_conf, self._rule(query_id, progress), self._spark_version,
-                            self._started.get(query_id))
+                            self._started.get(query_id), self._data_interval)
             for progress in (json.loads(p.json) for p in query.recentProgress)
         ]
 

@@ -32,7 +32,9 @@ def test_an_attached_job_runs_under_the_launcher_with_its_own_arguments_after_th
     split = args.index("--")
     assert args[split + 1:] == [JOB, "--landing", "/landing", "--checkpoint", "/ck/readings"]  # the job's, unchanged
     declared = dict(zip(args[:split:2], args[1:split:2]))
-    assert declared == {"--checkpoint": "/ck/readings", "--run-tag": "{{ run_id }}", "--window": "1 hour",
+    assert declared == {"--checkpoint": "/ck/readings", "--run-tag": "{{ run_id }}",
+                        "--data-interval-start": "{{ data_interval_start }}",
+                        "--data-interval-end": "{{ data_interval_end }}", "--window": "1 hour",
                         "--event-time": "event_time", "--pre-watermark": "readings:parse",
                         "--reason-column": "reason", "--partition-column": "station",
                         "--partitions": "north,south", "--landing": "/landing"}
@@ -53,8 +55,43 @@ def test_a_job_written_with_the_helpers_gets_the_shared_flags():
     dag = _group()
     submit = dag.get_task("readings.spark_submit")
     assert submit.application == JOB
-    assert list(submit.application_args)[-6:] == ["--checkpoint", "/ck/readings", "--trigger", "availableNow",
-                                                  "--run-tag", "{{ run_id }}"]
+    assert list(submit.application_args)[-10:] == ["--checkpoint", "/ck/readings", "--trigger", "availableNow",
+                                                   "--run-tag", "{{ run_id }}",
+                                                   "--data-interval-start", "{{ data_interval_start }}",
+                                                   "--data-interval-end", "{{ data_interval_end }}"]
+
+
+def test_the_launcher_and_a_helpers_job_get_the_runs_data_interval_and_parse_it_into_the_stamp():
+    """The rendered command (Airflow renders ``application_args`` with the run's context) gives the
+    launcher and a helpers job the data interval the recorder stamps on every progress record; a run
+    without one (rendered ``None``) gets no stamp."""
+    import argparse
+
+    import jinja2
+
+    from watermark_ops.spark.driver import add_run_arguments
+    from watermark_ops.spark.launch import parse_launch_args
+    from watermark_ops.spark.recorder import data_interval_of
+
+    start = pendulum.datetime(2010, 6, 1, tz="UTC")
+    context = {"run_id": "backfill__2010-06-01", "data_interval_start": start,
+               "data_interval_end": start.add(days=1)}
+    stamp = {"start_ms": 1_275_350_400_000, "end_ms": 1_275_436_800_000}
+
+    def rendered(dag, **values):
+        return [jinja2.Template(a).render(**{**context, **values}) for a in dag.get_task("readings.spark_submit").application_args]
+
+    args, script, _ = parse_launch_args(rendered(_group(attach=True, window="1 hour")))
+    assert script == JOB and args.run_tag == "backfill__2010-06-01" and args.data_interval == stamp
+    connect = _group(attach=True, launch="connect", window="1 hour").get_task("readings.spark_submit")
+    command = connect.command("sc://host:15002", "session")
+    assert command.index("--data-interval-end") < command.index("--") and "{{ data_interval_end }}" in command
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--landing")
+    add_run_arguments(parser)
+    assert data_interval_of(parser.parse_args(rendered(_group()))) == stamp
+    manual = parser.parse_args(rendered(_group(), data_interval_start=None, data_interval_end=None))
+    assert data_interval_of(manual) is None
 
 
 def test_the_preflight_gates_the_launch_and_the_state_is_read_after_the_audit():
