@@ -162,7 +162,10 @@ def main(argv: list[str] | None = None) -> int:
     except StorageArgumentError as exc:
         print(f"watermark-ops {args.command}: {exc}", file=sys.stderr)
         return 2
-    return args.run(args)
+    from watermark_ops.cli_progress import shown
+
+    with shown(args):  # a bar on a terminal during long reads; nothing when piped or with --json
+        return args.run(args)
 
 
 # --------------------------------------------------------------------------------------------

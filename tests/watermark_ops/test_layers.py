@@ -26,7 +26,8 @@ ALLOWED = {
     "render_corrections": {"core"},  # the corrections' tables, JSON and page section
     "render_state": {"core", "render"},
     # the CLI imports airflow.storage lazily, only for --conn-id (an Airflow connection)
-    "cli": {"core", "render", "render_corrections", "airflow", "state_cli"},
+    "cli": {"core", "render", "render_corrections", "airflow", "state_cli", "cli_progress"},
+    "cli_progress": {"core"},  # the terminal's progress bar during long reads
     "state_cli": {"core", "render", "render_state"},  # the state and preflight subcommands
     "__main__": {"cli"},
     "airflow": {"core", "render", "render_html", "render_state"},  # render_state: the run pattern's state/preflight XComs

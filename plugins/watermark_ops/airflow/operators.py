@@ -162,8 +162,11 @@ class WatermarkAuditOperator(BaseOperator):
         try:
             if memory is not None and self.accept_reset and str(self.accept_reset).strip():
                 self._accept_reset(memory, context)
-            report = run_audit(self.checkpoint, memory, full=bool(self.full), state_store=self.state_store,
-                               state_thresholds=self.state_thresholds, **self._reading())
+            from watermark_ops.airflow.read_progress import logged_progress
+
+            with logged_progress(self.checkpoint, logger=self.log):  # a line every few seconds of a long read
+                report = run_audit(self.checkpoint, memory, full=bool(self.full), state_store=self.state_store,
+                                   state_thresholds=self.state_thresholds, **self._reading())
         except MemoryFormatError as exc:
             raise AirflowFailException(f"audit memory of {self.checkpoint} is malformed: {exc}") from exc
         self.log.info("Watermark audit of %s\n%s", self.checkpoint, audit_report_text(report, limit=self.table_limit))

@@ -244,7 +244,7 @@ def _batch_files(storage: Any, folder: str) -> dict[int, str]:
 
 
 def read_checkpoint(location: Any, *, filesystem: Any = None, storage_options: dict[str, Any] | None = None,
-                    newest: int | None = None) -> Checkpoint:
+                    newest: int | None = None, on_progress: Any = None) -> Checkpoint:
     """Read a Structured Streaming checkpoint folder (see the module docstring for the formats).
 
     Lists the folder, ``offsets/`` and ``commits/`` once each, reads ``metadata`` and every batch
@@ -262,14 +262,20 @@ def read_checkpoint(location: Any, *, filesystem: Any = None, storage_options: d
         listings and at most ``2 * newest + 1`` files, whatever the history: what a sensor poke
         needs. The older files are neither read nor checked (their problems are not reported);
         :attr:`Checkpoint.unread_batches` counts them.
+    :param on_progress: ``on_progress(done, total)``: files read of files to read, called every
+        :data:`~watermark_ops.core.storage.PROGRESS_EVERY` files of a long read (any reader of the
+        core does the same inside :func:`~watermark_ops.core.storage.reporting_progress`).
     :return: a :class:`Checkpoint`; unreadable or malformed files are in ``problems`` (each names
         its file), never raised, and every other file is still read.
     :raises ValueError: ``newest`` below 1.
     """
     if newest is not None and (isinstance(newest, bool) or not isinstance(newest, int) or newest < 1):
         raise ValueError(f"newest must be a positive number of batches (or None: all), got {newest!r}")
+    from watermark_ops.core.storage import reporting_progress
+
     storage, root = _resolve(location, filesystem, storage_options)
-    return _read(storage, root, newest)
+    with reporting_progress(on_progress) if on_progress is not None else contextlib.nullcontext():
+        return _read(storage, root, newest)  # without one, a callback in force around the call still hears
 
 
 def _read(storage: Any, root: str, newest: int | None) -> Checkpoint:

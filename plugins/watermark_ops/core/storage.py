@@ -22,9 +22,12 @@ from __future__ import annotations
 import os
 import stat
 import time
-from typing import Any, Iterable
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, Callable, Iterable, Iterator
 
-__all__ = ["MAX_CONCURRENT_READS", "RETRY_DELAYS_S", "filesystem_for", "open_storage"]
+__all__ = ["MAX_CONCURRENT_READS", "PROGRESS_EVERY", "RETRY_DELAYS_S", "filesystem_for", "open_storage",
+           "reporting_progress"]
 
 #: The most objects read at once from a remote filesystem (``fs.cat``'s ``batch_size`` on an
 #: async one such as s3fs, gcsfs or adlfs; a thread pool of this size on a synchronous one). On S3,
@@ -40,6 +43,32 @@ MAX_CONCURRENT_READS = 32
 RETRY_DELAYS_S = (0.1, 0.4)
 #: Problem kinds a writer caught in the act can produce, retried on remote filesystems.
 _HALF_WRITTEN = ("empty", "truncated", "not_json")
+#: Files read between two calls of a progress callback (:func:`reporting_progress`); on a remote
+#: filesystem, the files handed to one concurrent read while a callback listens.
+PROGRESS_EVERY = 256
+
+
+class _Progress:
+    """Files read of files to read, over every read while :func:`reporting_progress` is in force."""
+
+    def __init__(self, on_progress: Callable[[int, int], Any]):
+        self.on_progress, self.done, self.total = on_progress, 0, 0
+
+
+_PROGRESS: ContextVar[_Progress | None] = ContextVar("watermark_ops_read_progress", default=None)
+
+
+@contextmanager
+def reporting_progress(on_progress: Callable[[int, int], Any] | None) -> Iterator[None]:
+    """While in force (this thread or task), every read of many files calls ``on_progress(done,
+    total)``: files read so far, of the files the reads so far were given (both counts only grow;
+    each read ends with ``done == total``), every :data:`PROGRESS_EVERY` files. None: no calls.
+    The faces render it (a terminal bar, a task-log line); the core only counts."""
+    token = _PROGRESS.set(_Progress(on_progress) if on_progress is not None else None)
+    try:
+        yield
+    finally:
+        _PROGRESS.reset(token)
 
 
 class _FsspecStorage:
@@ -122,7 +151,16 @@ class _FsspecStorage:
         :param consume: ``consume(index in paths, bytes) -> bool``, called for every file read
             (after the retries); a file it returns True for is not kept in the content (the
             caller took what it needed from it), as :meth:`_LocalStorage.read` does."""
-        contents = self._fetch(list(paths))
+        progress = _PROGRESS.get()
+        if progress is None or len(paths) <= PROGRESS_EVERY:
+            contents = self._fetch(list(paths))
+        else:  # in pieces, each read concurrently, so that the callback hears between them
+            contents, before = {}, progress.done
+            progress.total += len(paths)
+            for start in range(0, len(paths), PROGRESS_EVERY):
+                contents.update(self._fetch(list(paths[start:start + PROGRESS_EVERY])))
+                progress.done = before + min(start + PROGRESS_EVERY, len(paths))
+                progress.on_progress(progress.done, progress.total)
         probed = set(probed)
         attempts: dict[str, int] = {}
         for delay in self.retry_delays:
@@ -276,7 +314,14 @@ class _LocalStorage:
         self.requests["get"] += len(paths)
         contents: dict[str, bytes | Exception] = {}
         flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
+        progress = _PROGRESS.get() if len(paths) > PROGRESS_EVERY else None
+        if progress is not None:
+            before = progress.done
+            progress.total += len(paths)
         for index, path in enumerate(paths):
+            if progress is not None and index and not index % PROGRESS_EVERY:
+                progress.done = before + index
+                progress.on_progress(progress.done, progress.total)
             try:
                 fd = os.open(path, flags)
             except Exception as exc:  # noqa: BLE001 - reported as a ReadProblem naming the file
@@ -296,6 +341,9 @@ class _LocalStorage:
                 os.close(fd)
             if consume is None or not consume(index, data):
                 contents[path] = data
+        if progress is not None:
+            progress.done = before + len(paths)
+            progress.on_progress(progress.done, progress.total)
         return _Content(contents)
 
 
