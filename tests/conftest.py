@@ -57,6 +57,7 @@ os.environ.update(airflow_config_env())
 #: and the two workers finish together, instead of one running a long file alone at the end while
 #: the other has nothing left.
 SLOWEST_FIRST = (
+    "tests/test_spark_releases.py",
     "tests/watermark_ops/examples/test_deploy.py",
     "tests/dags/test_day_partitions.py",
     "tests/test_readings_project_wheel.py",

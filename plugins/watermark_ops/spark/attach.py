@@ -156,11 +156,14 @@ class Attachment:
     def attach(self) -> None:
         """Wrap the PySpark methods (module docstring), classic and Spark Connect classes alike."""
         from pyspark.sql import session as classic_session
-        from pyspark.sql.classic import dataframe as classic_dataframe
         from pyspark.sql.streaming import query as classic_query
         from pyspark.sql.streaming import readwriter as classic_rw
 
-        modules = [(classic_rw.DataStreamReader, classic_rw.DataStreamWriter, classic_dataframe.DataFrame,
+        try:
+            from pyspark.sql.classic.dataframe import DataFrame as ClassicFrame
+        except ImportError:  # pyspark 3.5: the classic DataFrame is pyspark.sql.dataframe's
+            from pyspark.sql.dataframe import DataFrame as ClassicFrame
+        modules = [(classic_rw.DataStreamReader, classic_rw.DataStreamWriter, ClassicFrame,
                     classic_query.StreamingQuery, classic_query.StreamingQueryManager, classic_session.SparkSession)]
         with contextlib.suppress(ImportError):  # a pyspark without the Connect client's dependencies
             from pyspark.sql.connect import dataframe as connect_dataframe

@@ -281,6 +281,12 @@ def data_interval_of(args: Any) -> dict[str, int] | None:
     return data_interval(getattr(args, "data_interval_start", None), getattr(args, "data_interval_end", None))
 
 
+def _progress_dict(progress: Any) -> dict[str, Any]:
+    """A ``StreamingQuery.recentProgress`` entry as a dict: pyspark 4 gives ``StreamingQueryProgress``
+    objects (their ``json``), 3.5 the parsed dicts themselves."""
+    return progress if isinstance(progress, dict) else json.loads(progress.json)
+
+
 def append_json_lines(location: str, records: list[dict[str, Any]]) -> None:
     """Append ``records`` to the JSON-lines file at ``location`` (a path or fsspec URL; its folder is
     made when missing): the progress log's and the replay log's way of writing."""
@@ -413,7 +419,7 @@ class ProgressRecorder:
     def flush(self, query) -> None:
         """Write the batches of ``query`` that the listener has not written yet."""
         for progress in query.recentProgress:
-            self._write(json.loads(progress.json))
+            self._write(_progress_dict(progress))
 
     def records(self, query) -> list[dict[str, Any]]:
         """This run's batches of ``query`` as progress-log records, oldest first."""
@@ -422,7 +428,7 @@ class ProgressRecorder:
             progress_record(progress, self._run_tag, self._triggers.get(query_id, self._spark_trigger),
                             self._requested_conf, self._rule(query_id, progress), self._spark_version,
                             self._started.get(query_id), self._data_interval)
-            for progress in (json.loads(p.json) for p in query.recentProgress)
+            for progress in (_progress_dict(p) for p in query.recentProgress)
         ]
 
     def close(self) -> None:
