@@ -138,7 +138,7 @@ def test_the_subcommands_and_their_help(capsys):
     with pytest.raises(SystemExit) as exited:
         cli.main(["nonsense"])
     assert exited.value.code == 2
-    assert ("(choose from 'audit', 'status', 'lateness', 'late', 'accept-reset', 'state', 'preflight')"
+    assert ("(choose from 'audit', 'status', 'lateness', 'late', 'corrections', 'accept-reset', 'state', 'preflight')"
             in capsys.readouterr().err)
     with pytest.raises(SystemExit) as exited:
         cli.main(["status", "--help"])
