@@ -8,7 +8,7 @@ warm-up each:
 * ``row``: :func:`watermark_ops.core.overview.overview_row` (one overview row: the audit plus the
   stall classification);
 * ``page``: :func:`watermark_ops.core.overview.checkpoint_detail` plus
-  :func:`watermark_ops.render_html.checkpoint_page` (what one checkpoint page costs the api-server);
+  :func:`watermark_ops.render.html.checkpoint_page` (what one checkpoint page costs the api-server);
 * ``json``: the detail as JSON text.
 
 Prints the times, the page's size in bytes (the chart draws the newest 500 batches whatever the
@@ -34,7 +34,7 @@ sys.path.insert(0, str(PLUGINS))
 from watermark_ops.core.audit import run_audit  # noqa: E402
 from watermark_ops.core.overview import checkpoint_detail, overview_row  # noqa: E402
 from watermark_ops.core.thresholds import DEFAULT_THRESHOLDS  # noqa: E402
-from watermark_ops.render_html import checkpoint_page  # noqa: E402
+from watermark_ops.render.html import checkpoint_page  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

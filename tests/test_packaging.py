@@ -50,7 +50,7 @@ def test_the_wheel_has_both_entry_points_and_no_example(wheel):
     assert not [n for n in names if "/examples/" in n or n.startswith("watermark_ops/examples")]
     modules = {n for n in names if n.endswith(".py")}
     assert {"watermark_ops/airflow/plugin.py", "watermark_ops/airflow/provider.py", "watermark_ops/airflow/registry.py",
-            "watermark_ops/core/audit.py", "watermark_ops/cli.py"} <= modules
+            "watermark_ops/core/audit.py", "watermark_ops/terminal/cli.py"} <= modules
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
     groups = dict(re.findall(r"^\[([^\]]+)\]\n((?:.+\n?)+)", entry_points, re.M))
     assert PLUGIN_ENTRY in groups["airflow.plugins"].splitlines()

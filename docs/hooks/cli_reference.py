@@ -1,5 +1,5 @@
 """MkDocs hook: the CLI reference page shows each ``watermark-ops`` command's ``--help``, taken
-from the CLI's own parser (:func:`watermark_ops.cli.build_parser`) at build time, so the page
+from the CLI's own parser (:func:`watermark_ops.terminal.cli.build_parser`) at build time, so the page
 cannot drift from the flags.
 
 A page holds the marker ``<!-- watermark-ops-cli-help -->``; it is replaced with one section per
@@ -29,7 +29,7 @@ def _help(parser: argparse.ArgumentParser) -> str:
 
 def cli_reference() -> str:
     """The Markdown of every command's help, in the parser's order."""
-    from watermark_ops.cli import build_parser
+    from watermark_ops.terminal.cli import build_parser
 
     parser = build_parser()
     sections = [f"```text\n{_help(parser)}\n```"]

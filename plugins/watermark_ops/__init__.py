@@ -5,7 +5,7 @@ Layers (each imports only the ones above it in this list)::
     watermark_ops.core       the pure core: checkpoint and progress-log readers, audit rules, stall
                              classification, lateness; plain data in, plain data out
     watermark_ops.render     the core's results as text tables and JSON, for every face
-    watermark_ops.cli        the terminal face (``watermark-ops``)
+    watermark_ops.terminal.cli        the terminal face (``watermark-ops``)
     watermark_ops.airflow    the Airflow face: operator, sensors, trigger, notifier, asset-store memory,
                              run pattern, checkpoint registry, the UI plugin and the provider info
     watermark_ops.spark      the recorder a user's Spark job imports (beside the faces: core only;

@@ -33,7 +33,7 @@ def states(dag_id: str) -> dict:
 
 def cli_texts(checkpoint: str, landing: str) -> dict:
     """``{command: stdout and stderr}`` of the installed CLI's commands on the checkpoint."""
-    from watermark_ops import cli
+    from watermark_ops.terminal import cli
 
     def run(*argv: str) -> str:
         out, err = io.StringIO(), io.StringIO()

@@ -236,7 +236,7 @@ def test_healthy_watermarked_checkpoints_are_unchanged(built, spark):
 def test_the_ui_rows_and_pages_show_the_state(built, tmp_path):
     from watermark_ops.core.overview import checkpoint_detail, overview_row, sort_overview
     from watermark_ops.core.progress import progress_log_path
-    from watermark_ops.render_html import checkpoint_page, overview_page
+    from watermark_ops.render.html import checkpoint_page, overview_page
 
     # A progress log that holds no record of this query (another query's): the state metadata decides.
     foreign = tmp_path / "window_null"

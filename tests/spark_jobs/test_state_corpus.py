@@ -21,7 +21,7 @@ import re
 import pytest
 
 from state_corpus import build_corpus, files_of, operator_rows
-from watermark_ops.cli import main
+from watermark_ops.terminal.cli import main
 from watermark_ops.core.checkpoint import read_checkpoint
 from watermark_ops.core.state.reader import read_state
 from watermark_ops.core.state.rules import state_findings

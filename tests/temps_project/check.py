@@ -29,7 +29,7 @@ def asset_events() -> list[dict]:
 
 
 def corrections_json(checkpoint: str) -> dict:
-    from watermark_ops import cli
+    from watermark_ops.terminal import cli
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):

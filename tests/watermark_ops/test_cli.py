@@ -14,7 +14,7 @@ import pytest
 from tests.watermark_ops import checkpoint_fixtures as cf
 from tests.watermark_ops import stall_fixtures as sf
 from tests.watermark_ops.lateness_fixtures import HOUR
-from watermark_ops import cli
+from watermark_ops.terminal import cli
 from watermark_ops.core.times import iso_utc
 
 

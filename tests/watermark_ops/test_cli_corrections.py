@@ -10,7 +10,7 @@ import pytest
 
 from tests.watermark_ops import ledger_fixtures as lf
 from tests.watermark_ops.core.test_corrections import correction, write_log
-from watermark_ops import cli
+from watermark_ops.terminal import cli
 from watermark_ops.core.times import iso_utc
 
 HOUR, W1 = lf.HOUR, lf.WATERMARK_1
@@ -82,7 +82,7 @@ def test_the_checkpoint_page_and_its_json_show_the_corrections_and_each_run_s_sp
     from watermark_ops.core.ledger import reconcile_run
     from watermark_ops.core.overview import checkpoint_detail
     from watermark_ops.core.thresholds import Thresholds
-    from watermark_ops.render_html import checkpoint_page
+    from watermark_ops.render.html import checkpoint_page
 
     sink = tmp_path / "out_late"
     reconcile_run(corrected, "t1", sink=str(sink))

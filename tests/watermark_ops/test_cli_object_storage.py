@@ -19,7 +19,7 @@ import pytest
 
 from tests.watermark_ops import checkpoint_fixtures as cf
 from tests.watermark_ops import object_storage_fixtures as osf
-from watermark_ops import cli
+from watermark_ops.terminal import cli
 from watermark_ops.core.checkpoint import read_checkpoint
 from watermark_ops.core.times import iso_utc
 from watermark_ops.examples.s3server import ACCESS_KEY, REGION, SECRET_KEY

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from tests.watermark_ops import ledger_fixtures as lf
-from watermark_ops import cli
+from watermark_ops.terminal import cli
 
 WHY = "declares no pre-watermark function"
 

@@ -106,7 +106,7 @@ def readings(tmp_path_factory):
 
 def _cli(*argv: str) -> str:
     """A CLI command's stdout and stderr (whatever its exit status)."""
-    from watermark_ops import cli
+    from watermark_ops.terminal import cli
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -119,7 +119,7 @@ def _cli(*argv: str) -> str:
 
 def _faces(readings) -> dict[str, str]:
     """``{face: its output}`` for every face on the readings checkpoint."""
-    from watermark_ops import render_html
+    from watermark_ops.render import html as render_html
     from watermark_ops.airflow.monitor import evaluate_entry
     from watermark_ops.airflow.notifiers import WatermarkWebhookNotifier
     from watermark_ops.airflow.registry import checkpoint_name

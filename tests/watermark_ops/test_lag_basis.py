@@ -15,7 +15,7 @@ import pytest
 
 from tests.watermark_ops import checkpoint_fixtures as cf
 from tests.watermark_ops.stall_fixtures import now_ms
-from watermark_ops import cli
+from watermark_ops.terminal import cli
 from watermark_ops.core.freshness import DATA_INTERVAL, WALL_CLOCK, data_interval, judge_lag
 
 HOUR = 3_600_000

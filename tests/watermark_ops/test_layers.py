@@ -21,16 +21,13 @@ PACKAGE = Path(watermark_ops.__file__).resolve().parent
 #: What each layer may import from the package (besides itself).
 ALLOWED = {
     "core": {"core"},
+    # the rendering layer shared by every face: text tables, JSON, the web pages (render.html), the
+    # state documents (render.state), the corrections' tables (render.corrections)
     "render": {"core"},
-    "render_html": {"core", "render", "render_corrections"},
-    "render_corrections": {"core"},  # the corrections' tables, JSON and page section
-    "render_state": {"core", "render"},
-    # the CLI imports airflow.storage lazily, only for --conn-id (an Airflow connection)
-    "cli": {"core", "render", "render_corrections", "airflow", "state_cli", "cli_progress"},
-    "cli_progress": {"core"},  # the terminal's progress bar during long reads
-    "state_cli": {"core", "render", "render_state"},  # the state and preflight subcommands
-    "__main__": {"cli"},
-    "airflow": {"core", "render", "render_html", "render_state"},  # render_state: the run pattern's state/preflight XComs
+    # the terminal face; the CLI imports airflow.storage lazily, only for --conn-id (an Airflow connection)
+    "terminal": {"core", "render", "airflow"},
+    "__main__": {"terminal"},
+    "airflow": {"core", "render"},  # render.state: the run pattern's state/preflight XComs
     "spark": {"core"},  # the driver side of a user's job (pyspark); nothing else imports it
     "examples": {"core"},
     "__init__": {"core"},
@@ -99,7 +96,8 @@ def test_the_core_imports_neither_airflow_spark_argparse_nor_rich():
 
 
 def test_importing_the_core_and_the_rendering_layer_brings_none_of_them():
-    code = ("import sys, json, watermark_ops, watermark_ops.render, watermark_ops.render_html, watermark_ops.core.checks, "
+    code = ("import sys, json, watermark_ops, watermark_ops.render, watermark_ops.render.html, "
+            "watermark_ops.render.state, watermark_ops.render.corrections, watermark_ops.core.checks, "
             "watermark_ops.core.lateness, watermark_ops.core.status, watermark_ops.core.overview; "
             "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules} & {'airflow', 'pyspark', 'argparse', 'rich'})))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,

@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from tests.watermark_ops import checkpoint_fixtures as cf
-from watermark_ops import cli
+from watermark_ops.terminal import cli
 from watermark_ops.core.checkpoint import read_checkpoint
 from watermark_ops.core.storage import PROGRESS_EVERY
 
@@ -57,7 +57,7 @@ def test_the_cli_prints_no_progress_when_piped_or_with_json(tmp_path, capsys):
 def test_the_bar_is_drawn_only_for_a_terminal_without_json():
     import argparse
 
-    from watermark_ops.cli_progress import wants_progress
+    from watermark_ops.terminal.progress import wants_progress
 
     class Terminal:
         def isatty(self):

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from tests.watermark_ops import checkpoint_fixtures as cf
-from watermark_ops import cli
+from watermark_ops.terminal import cli
 from watermark_ops.core.state.diagnosis import Diagnosis, diagnosis_path
 from watermark_ops.core.thresholds import DEFAULT_THRESHOLDS
 
@@ -60,7 +60,7 @@ def test_the_overview_row_shows_it_and_ranks_it_with_the_problems(tmp_path):
 
 def test_the_overview_page_says_it(tmp_path):
     from watermark_ops.core.overview import overview_row
-    from watermark_ops.render_html import overview_page
+    from watermark_ops.render.html import overview_page
 
     checkpoint, line = _refused(tmp_path)
     row = dict(overview_row(checkpoint, DEFAULT_THRESHOLDS), url=None)

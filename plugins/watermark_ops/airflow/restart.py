@@ -75,7 +75,7 @@ def preflight_gate(checkpoint: str, conf: dict[str, Any] | None = None, spark_ve
     from watermark_ops.core.progress import progress_log_path, read_progress_log
     from watermark_ops.core.state.preflight import NO_GO, WARN, preflight, verdict_line
     from watermark_ops.core.state.reader import read_state
-    from watermark_ops.render_state import preflight_document
+    from watermark_ops.render.state import preflight_document
 
     log = logger or logging.getLogger("watermark_ops.airflow")
     where = _reading(checkpoint, conn_id, storage_options)
@@ -126,7 +126,7 @@ def state_check(checkpoint: str, *, conn_id: str | None = None, storage_options:
 
     from watermark_ops.core.state.reader import read_state
     from watermark_ops.core.state.rules import state_findings
-    from watermark_ops.render_state import state_document
+    from watermark_ops.render.state import state_document
 
     log = logger or logging.getLogger("watermark_ops.airflow")
     state = read_state(checkpoint, **_reading(checkpoint, conn_id, storage_options))

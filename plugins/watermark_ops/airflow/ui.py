@@ -79,7 +79,7 @@ async def require_user(request: Request) -> Any:
 def create_app(roots: Callable[[], CheckpointRoots], known: Callable[[], list[Known]], *,
                chart_limit: int | None = None, max_age: float | None = None) -> FastAPI:
     """The app: pages and JSON over :mod:`watermark_ops.core.overview`, rendered by
-    :mod:`watermark_ops.render_html`.
+    :mod:`watermark_ops.render.html`.
 
     :param roots: returns the checkpoint roots (read per request: configuration changes apply
         without a restart).
@@ -153,7 +153,7 @@ def create_app(roots: Callable[[], CheckpointRoots], known: Callable[[], list[Kn
                  page_size: int = Query(DEFAULT_PAGE_SIZE, ge=1, le=MAX_PAGE_SIZE),
                  user: Any = Depends(require_user)) -> Response:
         from watermark_ops.core.overview import page_of
-        from watermark_ops.render_html import overview_page
+        from watermark_ops.render.html import overview_page
 
         found, checkpoint_roots, at = rows(request, user)
         shown, paging = page_of(found, page, page_size)
@@ -196,7 +196,7 @@ def create_app(roots: Callable[[], CheckpointRoots], known: Callable[[], list[Kn
     @app.get("/checkpoints/{root}/{path:path}", response_class=HTMLResponse)
     def checkpoint(request: Request, root: str, path: str, limit: int | None = None,
                    user: Any = Depends(require_user)) -> Response:
-        from watermark_ops.render_html import checkpoint_page, error_page
+        from watermark_ops.render.html import checkpoint_page, error_page
 
         try:
             data = detail(root, path, limit, user)
@@ -223,7 +223,7 @@ def create_app(roots: Callable[[], CheckpointRoots], known: Callable[[], list[Kn
         # task_id comes with the task-instance tab's link: the checkpoint that task touches, else the
         # DAG's one checkpoint; a DAG (or task) touching several leads to the overview.
         from watermark_ops.airflow.access import may_read_dag
-        from watermark_ops.render_html import error_page
+        from watermark_ops.render.html import error_page
 
         if not may_read_dag(user, dag_id):  # every checkpoint it leads to is claimed by this DAG
             return HTMLResponse(error_page("Checkpoint not shown", f"DAG {dag_id}: not readable by this user",

@@ -36,7 +36,7 @@ __all__ = ["DEFAULT_CHART_LIMIT", "DEFAULT_PAGE_SIZE", "DEFAULT_RUNS_LIMIT", "MA
 
 #: The newest batches the chart and the batch table show (older ones are counted, not drawn).
 DEFAULT_CHART_LIMIT = 500
-#: The newest runs whose late-row ledger files are read (``render_html.RUNS_LIMIT`` lists as many).
+#: The newest runs whose late-row ledger files are read (``watermark_ops.render.html.RUNS_LIMIT`` lists as many).
 DEFAULT_RUNS_LIMIT = 100
 
 #: Overview rows per page (the page and its JSON take ``page`` and ``page_size``), and the most.

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from fsspec.implementations.local import LocalFileSystem
 
-from watermark_ops import cli
+from watermark_ops.terminal import cli
 from watermark_ops.core.audit import run_audit
 from watermark_ops.core.checkpoint import read_checkpoint
 from watermark_ops.core.checks import check

@@ -115,7 +115,7 @@ def test_an_audit_after_each_run_reads_the_new_batches_only_and_finds_what_a_ful
 
 
 def test_the_terminal_says_what_it_read_and_full_reads_everything(tmp_path, capsys):
-    from watermark_ops import cli
+    from watermark_ops.terminal import cli
 
     root, state = tmp_path / "cp", tmp_path / "state.json"
     base = 1_357_000_000_000

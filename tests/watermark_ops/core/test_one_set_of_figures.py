@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 from tests.watermark_ops import ledger_fixtures as lf
-from watermark_ops import cli
+from watermark_ops.terminal import cli
 from watermark_ops.core.ledger import reconcile_run
 from watermark_ops.core.run_figures import collect_run
 

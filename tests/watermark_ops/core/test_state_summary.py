@@ -18,7 +18,7 @@ import pytest
 
 from tests.watermark_ops import checkpoint_fixtures as cf
 from tests.watermark_ops.state_store_fixtures import GROWING_BATCHES, copy_checkpoint
-from watermark_ops.cli import main
+from watermark_ops.terminal.cli import main
 from watermark_ops.core.advance import advance
 from watermark_ops.core.audit import run_audit
 from watermark_ops.core.thresholds import StateThresholds

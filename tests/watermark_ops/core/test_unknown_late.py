@@ -144,7 +144,7 @@ def test_the_lateness_report_says_unknown_and_why_there_is_no_advice(unknown):
 def test_the_checkpoint_page_says_unknown_and_why(unknown):
     import re
 
-    from watermark_ops import render_html
+    from watermark_ops.render import html as render_html
     from watermark_ops.core.overview import checkpoint_detail
     from watermark_ops.core.thresholds import Thresholds
 

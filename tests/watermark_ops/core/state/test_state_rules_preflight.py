@@ -8,7 +8,7 @@ import json
 import pytest
 
 from tests.watermark_ops.core.state import state_fixtures as sf
-from watermark_ops.cli import main
+from watermark_ops.terminal.cli import main
 from watermark_ops.core.checkpoint import read_checkpoint
 from watermark_ops.core.state.preflight import preflight, spark_version_tuple
 from watermark_ops.core.state.reader import read_state

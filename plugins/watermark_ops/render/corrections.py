@@ -8,7 +8,7 @@ What it draws (plain data from :mod:`watermark_ops.core.ledger.recovered` and
 * a run's late rows split into recovered and dropped for good (``watermark-ops lateness`` and
   ``late``): :func:`print_run_recovery`, :func:`print_late_recovery`, :func:`late_recovery_document`;
 * the checkpoint page's corrections table: :data:`CORRECTIONS_HTML` (a Jinja template that
-  :mod:`watermark_ops.render_html` includes).
+  :mod:`watermark_ops.render.html` includes).
 
 Windows are shown as ISO-8601 UTC; the JSON keeps epoch milliseconds UTC.
 """

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from watermark_ops.core.times import duration_words, iso_utc
 from watermark_ops.render import signed_duration
-from watermark_ops.render_corrections import CORRECTIONS_HTML
+from watermark_ops.render.corrections import CORRECTIONS_HTML
 
 __all__ = ["checkpoint_page", "error_page", "overview_page", "state_chart_svg", "watermark_chart_svg"]
 

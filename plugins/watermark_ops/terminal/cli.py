@@ -77,7 +77,7 @@ id still fails. Exit 0 when recorded; 2 when there is nothing to accept (no reme
 query id yet, the same query id) or the state file is malformed.
 
 ``state`` and ``preflight`` (the state of each stateful operator and its findings; will the next
-restart work: go, warn or no-go) are registered here and live in :mod:`watermark_ops.state_cli`.
+restart work: go, warn or no-go) are registered here and live in :mod:`watermark_ops.terminal.state_cli`.
 
 Checkpoints on object storage (``s3://``, ``gs://``, ``abfs://``, ...): a URL is read through
 fsspec (for S3, s3fs with botocore), which honours the standard environment of its SDK: for S3
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     except StorageArgumentError as exc:
         print(f"watermark-ops {args.command}: {exc}", file=sys.stderr)
         return 2
-    from watermark_ops.cli_progress import shown
+    from watermark_ops.terminal.progress import shown
 
     with shown(args):  # a bar on a terminal during long reads; nothing when piped or with --json
         return args.run(args)
@@ -307,11 +307,11 @@ def _accept_reset(args: argparse.Namespace) -> int:
 
 
 # --------------------------------------------------------------------------------------------
-# state, preflight (the arguments and the work in watermark_ops.state_cli)
+# state, preflight (the arguments and the work in watermark_ops.terminal.state_cli)
 
 
 def _state_subcommands() -> list[tuple]:
-    from watermark_ops import state_cli
+    from watermark_ops.terminal import state_cli
 
     return state_cli.SUBCOMMANDS
 
@@ -491,7 +491,7 @@ def _lateness(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report.to_dict(), indent=2, sort_keys=True))
     else:
-        from watermark_ops.render_corrections import print_run_recovery
+        from watermark_ops.render.corrections import print_run_recovery
 
         console = render.terminal_console()
         render.print_lateness_report(report, console)
@@ -521,7 +521,7 @@ def _late(args: argparse.Namespace) -> int:
         written = write_late_rows(ledger, args.sink, filesystem=filesystem_for(args.sink, args.where["filesystem"]),
                                   storage_options=sink_options) if args.sink else []
         from watermark_ops.core.ledger.corrections import read_corrections
-        from watermark_ops.render_corrections import late_recovery_document, print_late_recovery
+        from watermark_ops.render.corrections import late_recovery_document, print_late_recovery
 
         recovery = late_recovery_document(ledger, read_corrections(args.checkpoint, **args.where)[0])
     except (LedgerError, OSError) as exc:
@@ -576,7 +576,7 @@ def _corrections_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _corrections(args: argparse.Namespace) -> int:
     from watermark_ops.core.ledger.corrections import read_corrections
-    from watermark_ops.render_corrections import corrections_document, print_corrections
+    from watermark_ops.render.corrections import corrections_document, print_corrections
 
     try:
         corrections, problems = read_corrections(args.checkpoint, **args.where)

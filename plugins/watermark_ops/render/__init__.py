@@ -540,7 +540,7 @@ def print_late_ledger(ledger: LateLedger, console: Any) -> None:
 
 # --------------------------------------------------------------------------------------------
 # The state store under an audit or a status (watermark_ops.core.state.summary; the state and
-# preflight commands' own tables are in watermark_ops.render_state)
+# preflight commands' own tables are in watermark_ops.render.state)
 
 
 def _bytes_text(n: int) -> str:

@@ -1,5 +1,5 @@
 """The terminal face of the state reader and the restart preflight: ``watermark-ops state`` and
-``watermark-ops preflight`` (registered by :mod:`watermark_ops.cli`, which also adds
+``watermark-ops preflight`` (registered by :mod:`watermark_ops.terminal.cli`, which also adds
 ``--conn-id``/``--storage-options`` and resolves them into ``args.where``)::
 
     watermark-ops state CHECKPOINT [--json] [--min-batches-to-retain N] [--growing-batches N]
@@ -10,7 +10,7 @@
 prints one row per stateful operator (provider, partitions and stores, whether a watermark bounds
 it, rows per newest batches, the chain a restart replays, the newest snapshot, versions kept, bytes
 on disk), then the state findings (:func:`watermark_ops.core.state.rules.state_findings`).
-``--json`` prints :func:`watermark_ops.render_state.state_document`. Rows come from the progress
+``--json`` prints :func:`watermark_ops.render.state.state_document`. Rows come from the progress
 log beside the checkpoint when the recorder wrote one, else from the files (``--files-only``
 ignores the log). Exit 0 without a finding, 1 with a warning, 2 when a state file cannot be read.
 
@@ -61,7 +61,8 @@ def _state_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _state(args: argparse.Namespace) -> int:
-    from watermark_ops import render, render_state
+    from watermark_ops import render
+    from watermark_ops.render import state as render_state
     from watermark_ops.core.state.reader import read_state
     from watermark_ops.core.state.rules import state_findings
     from watermark_ops.core.thresholds import StateThresholds
@@ -93,7 +94,8 @@ def _preflight_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _preflight(args: argparse.Namespace) -> int:
-    from watermark_ops import render, render_state
+    from watermark_ops import render
+    from watermark_ops.render import state as render_state
     from watermark_ops.core.checkpoint import read_checkpoint
     from watermark_ops.core.progress import progress_log_path, read_progress_log
     from watermark_ops.core.state.preflight import preflight
@@ -118,7 +120,7 @@ def _preflight(args: argparse.Namespace) -> int:
     return report.exit_code
 
 
-#: ``(name, help, add_arguments, run)`` of each subcommand, for :func:`watermark_ops.cli.build_parser`.
+#: ``(name, help, add_arguments, run)`` of each subcommand, for :func:`watermark_ops.terminal.cli.build_parser`.
 SUBCOMMANDS = [
     ("state", "the state of each stateful operator: rows per batch, watermark bound, the chain a restart replays",
      _state_arguments, _state),
