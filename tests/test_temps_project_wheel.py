@@ -140,6 +140,37 @@ def test_three_daily_runs_under_spark_submit_recover_their_late_rows_as_correcti
     _check(submitted)
 
 
+def test_a_backfill_of_2010_is_on_time_for_its_interval_on_every_face(submitted):
+    """The runs replay 2010 through the run pattern: lag is judged against each run's data
+    interval, not the wall clock, so status, the monitor and the overview raise no lag alarm."""
+    facts = submitted["before"]
+    classification = facts["status"]["classification"]
+    assert classification["lag_basis"] == "data_interval" and facts["status"]["state"] != "lagging", classification
+    assert classification["alarm"] is False and facts["monitor"]["alarm"] is False, facts["monitor"]
+    row = facts["ui"]["row"]
+    assert row is not None and row.get("lag_basis") == "data_interval" and row.get("state") != "lagging", row
+
+
+def test_the_figures_agree_across_the_faces(submitted):
+    """Per run: the per-batch figures sum to the run's, the nested lateness figures equal the top
+    level, the ledger's and collect_progress's late and set-aside rows are the same, and the
+    lateness report names the checkpoint it read. The last run sets every row aside with the job's
+    own reason (its own rejects sink): the same count on every face."""
+    facts = submitted["facts"]
+    for run_id, xcom, _ in _runs(facts):
+        ledger, progress = xcom.get("late_ledger"), xcom.get("collect_progress")
+        if not ledger or not progress:
+            continue
+        assert progress["rows_late"] == ledger["rows_late"] and progress["drop_rate"] == ledger["drop_rate"]
+        by_batch = [b.get("quarantined_rows") for b in progress["batches"] if b.get("quarantined_rows") is not None]
+        assert sum(by_batch) == ledger["rows_quarantined"], (progress["batches"], ledger)
+        nested = [r for r in progress["lateness"]["runs"] if r.get("run_tag") == ledger["run_tag"]]
+        assert nested and nested[0]["rows_late"] == ledger["rows_late"], (nested, ledger)
+    garbage = _runs(facts)[-1][1]["late_ledger"]
+    assert garbage["quarantined_by_reason"] == {"unreadable_time": garbage["rows_in"]} and garbage["rows_in"] > 0
+    assert facts["lateness"].get("checkpoint", "").rstrip("/") == submitted["checkpoint"].rstrip("/")
+
+
 def test_the_same_on_spark_connect(connected):
     _check(connected)
 

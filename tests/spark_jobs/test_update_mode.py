@@ -303,7 +303,8 @@ def test_the_dag_passes_its_output_mode_param_to_the_job():
     assert "upsert_sink.py" in {Path(f).name for f in task.py_files.split(",")}
     for mode in ("append", "update"):
         args = [Environment(undefined=StrictUndefined).from_string(a).render(
-            params={**dag.params.dump(), "output_mode": mode}, run_id="r") for a in task.application_args]
+            params={**dag.params.dump(), "output_mode": mode}, run_id="r", data_interval_start="2013-01-01T05:00:00+00:00",
+            data_interval_end="2013-01-02T05:00:00+00:00") for a in task.application_args]
         parsed = fw.parse_args(args)
         config = fw.JobConfig(landing=parsed.landing, checkpoint=parsed.checkpoint, output=parsed.output,
                               output_mode=parsed.output_mode)

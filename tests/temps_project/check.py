@@ -1,6 +1,6 @@
 """Run with the team's environment's Python after the DAG runs: print, as JSON, what the runs left:
-the XComs and task states of the run pattern, the asset events of the corrections, and the CLI's
-``corrections --json``.
+the XComs and task states of the run pattern, the asset events of the corrections, the CLI's
+``corrections``, ``status`` and ``lateness`` JSON, the monitor's evaluation and the UI's overview row.
 
     python check.py DAG_ID CHECKPOINT
 """
@@ -28,16 +28,26 @@ def asset_events() -> list[dict]:
         return [{"asset": asset.uri, "extra": event.extra} for event, asset in rows]
 
 
-def corrections_json(checkpoint: str) -> dict:
+def cli_json(*argv: str) -> dict:
     from watermark_ops.terminal import cli
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        cli.main(["corrections", checkpoint, "--json"])
+        cli.main([*argv, "--json"])
     return json.loads(out.getvalue())
+
+
+def monitor(checkpoint: str) -> dict:
+    """The monitor's evaluation of the checkpoint (what raises its alarms)."""
+    from watermark_ops.airflow.monitor import evaluate_entry
+
+    result = evaluate_entry({"checkpoint": checkpoint, "missing_ok": False})
+    return {"alarm": result["alarm"], "counted": result["counted"], "restart_alarms": result["restart_alarms"]}
 
 
 if __name__ == "__main__":
     dag_id, location = sys.argv[1], sys.argv[2]
     print(json.dumps({"xcom": SHARED["SHARED"]["xcoms"](dag_id), "states": SHARED["states"](dag_id),
-                      "events": asset_events(), "corrections": corrections_json(location)}, default=str))
+                      "events": asset_events(), "corrections": cli_json("corrections", location),
+                      "status": cli_json("status", location), "lateness": cli_json("lateness", location),
+                      "monitor": monitor(location), "ui": SHARED["SHARED"]["ui"](location)}, default=str))

@@ -282,9 +282,10 @@ def data_interval_of(args: Any) -> dict[str, int] | None:
 
 
 def _progress_dict(progress: Any) -> dict[str, Any]:
-    """A ``StreamingQuery.recentProgress`` entry as a dict: pyspark 4 gives ``StreamingQueryProgress``
-    objects (their ``json``), 3.5 the parsed dicts themselves."""
-    return progress if isinstance(progress, dict) else json.loads(progress.json)
+    """A ``StreamingQuery.recentProgress`` entry as plain JSON values: pyspark 4 gives
+    ``StreamingQueryProgress`` objects (a ``dict`` subclass whose nested values are ``Row`` and
+    ``uuid`` objects: their ``json`` is the plain form), 3.5 the parsed dicts themselves."""
+    return json.loads(progress.json) if hasattr(progress, "json") else progress
 
 
 def append_json_lines(location: str, records: list[dict[str, Any]]) -> None:

@@ -25,7 +25,7 @@ ARRIVES_AFTER_HOURS = {"seattle": 0, "sf": 10}
 
 
 @dag(schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"),
-     start_date=pendulum.datetime(2010, 1, 1, tz="UTC"), catchup=False, max_active_runs=1,
+     start_date=pendulum.datetime(2010, 1, 1, tz="UTC"), catchup=True, max_active_runs=1,
      params={"garbage": Param(False, type="boolean")})
 def city_temps():
     @task
