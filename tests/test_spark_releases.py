@@ -12,7 +12,8 @@ example that import nothing of watermark-ops:
 * the flat temperatures job (``tests/temps_project``) for two daily runs with an allowed lateness:
   its late rows and its correction equal pandas';
 * the checkpoints each release wrote are audited (ok) and their state read by this repository's core
-  (rows from the files equal Spark's ``numRowsTotal``).
+  (rows from the files equal Spark's ``numRowsTotal``);
+* on each 4.x release, the flat job again as a client of that release's own Spark Connect server.
 
 The environments are kept between runs in ``~/.cache/watermark-ops/pyspark-<release>`` (uv's cache
 holds the built pyspark wheels: the first build of a release takes minutes, later ones seconds); the
@@ -82,6 +83,21 @@ def _environment(release: str, wheel: Path) -> Path:
     return venv
 
 
+def _with_connect_client(release: str, venv: Path) -> None:
+    """The release's Spark Connect client dependencies (grpc, protobuf, zstandard) in its venv, once."""
+    python = venv / "bin" / "python"
+    with open(CACHE / f"pyspark-{release}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (venv / ".made-connect").exists():
+            wanted = [f"pyspark[connect]=={release}", "pandas<3", "pyarrow"]
+            offline = subprocess.run([uv(), "pip", "install", "-q", "--offline", "--python", str(python), *wanted],
+                                     capture_output=True, text=True)
+            if offline.returncode != 0:
+                subprocess.run([uv(), "pip", "install", "-q", "--python", str(python), *wanted], check=True,
+                               timeout=1500)
+            (venv / ".made-connect").touch()
+
+
 def _launch(venv: Path, tmp: Path, job: Path, checkpoint: Path, run_tag: str, *declarations: str,
             args: list[str]) -> subprocess.CompletedProcess:
     """``spark-submit`` of the release, the installed launcher, the job after ``--``."""
@@ -127,6 +143,73 @@ def release(request, wheel, tmp_path_factory):
     airflow = subprocess.run([str(venv / "bin" / "python"), "-c", "import airflow"], capture_output=True, text=True)
     return {"version": version, "venv": venv, "tmp": tmp, "parquet": parquet, "frames": frames, "temps": temps,
             "runs": runs, "airflow": airflow, "made_in": made_in}
+
+
+@pytest.fixture(scope="module", params=[r for r in RELEASES if not r.startswith("3.")])
+def connected_release(request, wheel, tmp_path_factory):
+    """A 4.x release's own Spark Connect server (its bundled ``spark-connect`` jar, started by the
+    package's ``python -m watermark_ops.spark.connect`` in that release's venv, stopped by its
+    process group) and the flat job's two daily runs through the launcher as its client. pyspark
+    3.5 bundles no Connect server jar (it comes from Maven there): not run on 3.5."""
+    import signal
+    import socket
+
+    from watermark_ops.spark.connect import free_port
+
+    version = request.param
+    venv = _environment(version, wheel)
+    _with_connect_client(version, venv)
+    tmp = tmp_path_factory.mktemp(f"connect-{version}")
+    python = venv / "bin" / "python"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHONPATH", "VIRTUAL_ENV", "SPARK_HOME"))}
+    env.update(PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", PYSPARK_PYTHON=str(python),
+               SPARK_LOCAL_IP="127.0.0.1")
+    port = free_port("127.0.0.1")
+    with open(tmp / "server.log", "ab") as log:
+        server = subprocess.Popen([str(python), "-m", "watermark_ops.spark.connect", "--port", str(port),
+                                   "--conf", "spark.sql.shuffle.partitions=2"], env=env, stdout=log,
+                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and server.poll() is None:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.5)
+        runs, results = [], []
+        for number, day in enumerate(("2010-01-02", "2010-01-03")):
+            runs.append(land(day, tmp / "landing"))
+            command = [str(python), "-m", "watermark_ops.spark.launch", "--remote", f"sc://127.0.0.1:{port}",
+                       "--checkpoint", str(tmp / "ck" / "windows"), "--run-tag", f"run-{number}", "--window", "6 hours",
+                       "--allowed-lateness", "6 hours", "--", str(TEMPS_JOB), str(tmp / "landing"), str(tmp / "out"),
+                       str(tmp / "ck")]
+            results.append(subprocess.run(command, env=env, cwd=tmp, capture_output=True, text=True, timeout=900))
+        yield {"version": version, "tmp": tmp, "runs": runs, "results": results,
+               "server_log": (tmp / "server.log").read_text(errors="replace")}
+    finally:
+        try:
+            os.killpg(server.pid, signal.SIGTERM)
+            server.wait(timeout=60)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            os.killpg(server.pid, signal.SIGKILL)
+
+
+def test_over_the_release_s_spark_connect_the_flat_job_recovers_its_late_rows(connected_release):
+    from watermark_ops.core.ledger import late_ledger
+    from watermark_ops.core.ledger.corrections import read_corrections
+
+    for done in connected_release["results"]:
+        assert done.returncode == 0, (done.stderr[-4000:], connected_release["server_log"][-2000:])
+    checkpoint = str(connected_release["tmp"] / "ck" / "windows")
+    records = [json.loads(line) for line in Path(checkpoint + ".progress.jsonl").read_text().splitlines()]
+    assert {r["spark_version"] for r in records} == {connected_release["version"]}
+    expected = pandas_late(connected_release["runs"])
+    late = {(r.event["city"], r.event["landed_time"]) for r in late_ledger(checkpoint).late_rows}
+    assert expected[1] and late == expected[1]
+    corrections, _ = read_corrections(checkpoint)
+    truth = pandas_windows(connected_release["runs"])
+    assert corrections and all(c["corrected"]["readings"] == truth.loc[(c["window_start_ms"], c["keys"]["city"])]["count"]
+                               for c in corrections)
 
 
 def _weather(station: str, day: str) -> pd.DataFrame:
