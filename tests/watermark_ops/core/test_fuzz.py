@@ -34,7 +34,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.watermark_ops import checkpoint_fixtures as cf
-from watermark_ops.terminal import cli, render
+from watermark_ops import render
+from watermark_ops.terminal import cli
 from watermark_ops.core.audit import run_audit
 from watermark_ops.core.checkpoint import read_checkpoint
 from watermark_ops.core.lateness import LatenessError, lateness_report
