@@ -102,28 +102,13 @@ def read_corrections(checkpoint: str, *, filesystem: Any = None,
         in ``problems`` and is not used. A missing log is empty.
     :raises OSError: when the log exists but cannot be read.
     """
-    from watermark_ops.core.progress import _Reader
+    from watermark_ops.core.ledger.replayed import read_records
 
-    location = corrections_log_path(checkpoint)
-    try:
-        data = _Reader(location, filesystem, storage_options).whole()
-    except FileNotFoundError:
-        return [], []
-    records, problems = [], []
-    for number, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError as exc:
-            problems.append(f"{location}:{number}: expected one JSON object per line ({exc})")
-            continue
-        if not (isinstance(record, dict) and isinstance(record.get("window_start_ms"), int)
-                and isinstance(record.get("window_end_ms"), int) and isinstance(record.get("corrected"), dict)):
-            problems.append(f"{location}:{number}: expected a correction with window_start_ms, window_end_ms and "
-                            "corrected")
-            continue
-        records.append(record)
+    records, problems = read_records(
+        corrections_log_path(checkpoint), lambda r: isinstance(r.get("window_start_ms"), int)
+        and isinstance(r.get("window_end_ms"), int) and isinstance(r.get("corrected"), dict),
+        "a correction with window_start_ms, window_end_ms and corrected", filesystem=filesystem,
+        storage_options=storage_options)
     newest: dict[str, int] = {}
     for record in records:
         run = str(record.get("run"))

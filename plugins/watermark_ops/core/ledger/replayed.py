@@ -26,14 +26,15 @@ the lateness advice on the job's own event-time field, whatever the landed forma
 
 from __future__ import annotations
 
-import json
-from typing import Any
+from typing import Any, Callable
 
 from watermark_ops.core.ledger.model import BatchLedger, LateRow
 from watermark_ops.core.ledger.plan import BatchPlan
+from watermark_ops.core.jsontext import loads
 from watermark_ops.core.progress import _Reader
 
-__all__ = ["FILTERED_BY_JOB", "batch_from_record", "read_replay_log", "replay_log_path", "replay_record"]
+__all__ = ["FILTERED_BY_JOB", "batch_from_record", "read_records", "read_replay_log", "replay_log_path",
+           "replay_record"]
 
 #: The reason counted for rows the job's pre-watermark function filters out without naming why.
 FILTERED_BY_JOB = "filtered_by_job"
@@ -65,26 +66,46 @@ def read_replay_log(checkpoint: str, query_id: str | None = None, *, filesystem:
     :raises OSError: when the log exists but cannot be read.
     """
     location = replay_log_path(checkpoint)
+    found, problems = read_records(location, lambda r: isinstance(r.get("batch_id"), int)
+                                   and isinstance(r.get("late_rows"), list) and isinstance(r.get("rows_read"), int),
+                                   "a replay record with batch_id, rows_read and late_rows",
+                                   filesystem=filesystem, storage_options=storage_options)
+    records: dict[int, dict[str, Any]] = {}
+    for record in found:
+        if query_id is None or record.get("query_id") in (None, query_id):
+            records[record["batch_id"]] = record
+    return records, problems
+
+
+def read_records(location: str, is_record: Callable[[dict[str, Any]], bool], expected: str, *,
+                 filesystem: Any = None, storage_options: dict[str, Any] | None = None,
+                 ) -> tuple[list[dict[str, Any]], list[str]]:
+    """The JSON objects of a JSON-lines log the launcher keeps beside a checkpoint (its replay log,
+    its corrections log), in file order.
+
+    :param is_record: whether a JSON object is a record of the log's shape.
+    :param expected: the shape in words, for the problem of a line that is not one.
+    :return: ``(records, problems)``: a line that is not JSON, or not a record, is a problem naming
+        the file and line, never used. A missing log is empty.
+    :raises OSError: when the log exists but cannot be read.
+    """
     try:
         data = _Reader(location, filesystem, storage_options).whole()
     except FileNotFoundError:
-        return {}, []
-    records: dict[int, dict[str, Any]] = {}
-    problems = []
+        return [], []
+    records, problems = [], []
     for number, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = loads(line)
         except ValueError as exc:
             problems.append(f"{location}:{number}: expected one JSON object per line ({exc})")
             continue
-        if not (isinstance(record, dict) and isinstance(record.get("batch_id"), int)
-                and isinstance(record.get("late_rows"), list) and isinstance(record.get("rows_read"), int)):
-            problems.append(f"{location}:{number}: expected a replay record with batch_id, rows_read and late_rows")
+        if not (isinstance(record, dict) and is_record(record)):
+            problems.append(f"{location}:{number}: expected {expected}")
             continue
-        if query_id is None or record.get("query_id") in (None, query_id):
-            records[record["batch_id"]] = record
+        records.append(record)
     return records, problems
 
 
