@@ -3,6 +3,14 @@
 # run the Spark driver, spark-submit in client mode) and the Spark standalone master and workers
 # (whose executors run the jobs' Python). Same Python, same pyspark jars, same Java on both sides.
 #
+# The React views (ui/): built here so the image needs no node at run time, as a user's wheel does not.
+FROM node:20-bookworm-slim AS views
+WORKDIR /src/ui
+COPY ui/package.json ui/package-lock.json ./
+RUN npm ci --no-audit --no-fund
+COPY ui ./
+RUN npm run build
+
 # bookworm, not the default trixie: Debian 13 no longer ships openjdk-17, and Spark 4 is tested on 17.
 FROM python:3.11-slim-bookworm
 
@@ -39,6 +47,8 @@ RUN pip install -r requirements.txt
 # REPO_ROOT, four folders up, is not the project.) The copies also make the image usable alone.
 COPY pyproject.toml README.md ./
 COPY plugins ./plugins
+# The views' bundle (compose mounts ./plugins over this folder: there `make ui` on the host builds it).
+COPY --from=views /src/plugins/watermark_ops/airflow/static ./plugins/watermark_ops/airflow/static
 COPY dags ./dags
 COPY spark_jobs ./spark_jobs
 RUN pip install --no-deps --no-build-isolation -e . \

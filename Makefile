@@ -22,8 +22,26 @@ export PYSPARK_PYTHON := $(PY)
 # Logical dates (America/New_York midnights) that `make run` runs, one DAG run each.
 DATES ?= 2013-01-01 2013-01-02 2013-01-03
 
-.PHONY: venv run test docs bench up down clean screenshot s3-up s3-down
+.PHONY: venv ui wheel run test docs bench up down clean screenshot s3-up s3-down
 venv: $(VENV)/.installed
+
+# The React views (ui/, AIP-68 react_apps) as one bundle inside the Python package, which the wheel
+# carries (installing it needs no node). Built when missing or older than a source or the lock file.
+UI_BUNDLE := plugins/watermark_ops/airflow/static/watermark-views.umd.js
+UI_SOURCES := $(shell find ui/src -type f 2>/dev/null) ui/vite.config.ts ui/tsconfig.json ui/package.json
+ui: $(UI_BUNDLE)
+
+ui/node_modules/.package-lock.json: ui/package-lock.json
+	@command -v npm >/dev/null || { apt-get update -q && apt-get install -y -q nodejs npm; }
+	@node -e 'const [a, b] = process.versions.node.split(".").map(Number); if (a < 20 || (a === 20 && b < 19)) { console.error("node " + process.versions.node + ": the views build with Vite 7, which needs node 20.19 or newer"); process.exit(1); }'
+	cd ui && npm ci --no-audit --no-fund --loglevel=error
+
+$(UI_BUNDLE): ui/node_modules/.package-lock.json $(UI_SOURCES)
+	cd ui && npm run --silent build
+
+# The wheel a user installs (bundle included): dist/watermark_ops-<version>-py3-none-any.whl.
+wheel: venv ui
+	$(VENV)/bin/uv build --wheel --out-dir dist .
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	@command -v java >/dev/null || { apt-get update -q && apt-get install -y -q openjdk-17-jre-headless; }
@@ -40,10 +58,10 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	@touch $@
 
 # LAUNCH=submit|connect|auto (default auto: the faster end to end here, Connect server start included).
-run: venv
+run: venv ui
 	$(PY) -m watermark_ops.examples.flights.demo $(DATES) $(if $(LAUNCH),--launch $(LAUNCH))
 
-test: venv
+test: venv ui
 	$(PY) -m pytest
 
 # The documentation site (docs/, mkdocs.yml) into $(WATERMARK_OPS_HOME)/site: open its index.html.
@@ -53,7 +71,7 @@ docs: venv
 	@echo "Open $(WATERMARK_OPS_HOME)/site/index.html"
 
 # The docs' pictures of the watermark pages (after `make run`): a real api-server, headless chromium.
-screenshot: venv
+screenshot: venv ui
 	$(PY) -m watermark_ops.examples.flights.screenshot
 
 # Figures, not asserts (docs/performance.md): the audit and a poke vs cat, DAG file imports,
@@ -76,7 +94,7 @@ bench: venv
 
 # A real deployment on 127.0.0.1 (PostgreSQL, Airflow 3 with the LocalExecutor, a Spark standalone
 # master and two workers), every process recorded by PID; `make down` stops exactly those.
-up: venv
+up: venv ui
 	$(PY) -m watermark_ops.examples.deploy up
 
 down:

@@ -2,9 +2,11 @@
 
 Registered through the ``airflow.plugins`` entry point of the installed package (``pyproject.toml``),
 nothing in the plugins folder. Airflow's api-server mounts the FastAPI app of
-:mod:`watermark_ops.airflow.ui` at ``/watermark-ops`` and the UI shows it through ``external_views``:
-**Watermarks** under Browse (the overview), and a **Watermark** tab on each DAG and task instance
-(the page of the checkpoint that DAG or task touches; the overview when it touches none or several).
+:mod:`watermark_ops.airflow.ui` at ``/watermark-ops`` (the JSON, the server-rendered pages for curl
+and old UIs, the views' bundle), and the UI loads the React views (``ui/``, AIP-68 ``react_apps``)
+natively: **Watermarks** under Browse (the overview and each checkpoint), a **Watermark** tab on each
+DAG (its checkpoints) and DAG run (that run's batches), and **Watermark states** on the home
+dashboard. ``[watermark_ops] ui_views`` turns each off.
 
 Which checkpoints (:func:`page_known`): those DAG tasks registered
 (:mod:`watermark_ops.airflow.registry`) and those of ``[watermark_ops] checkpoints`` /
@@ -26,7 +28,7 @@ from airflow.plugins_manager import AirflowPlugin
 from watermark_ops.airflow.ui import create_app
 from watermark_ops.core.roots import CheckpointRoots, PathRefused, is_url
 
-__all__ = ["URL_PREFIX", "PageRoots", "WatermarkOpsPlugin", "page_known", "page_roots"]
+__all__ = ["URL_PREFIX", "VIEW_PLACES", "PageRoots", "WatermarkOpsPlugin", "page_known", "page_roots", "react_apps"]
 
 log = logging.getLogger(__name__)
 
@@ -135,16 +137,57 @@ def page_roots() -> PageRoots:
     return PageRoots(roots.roots, exact, access=roots.access)
 
 
+#: Each view's place in Airflow's UI (AIP-68 ``react_apps``), by destination; its ``name`` (the
+#: label, and the global its component is set on) comes from the bundle's manifest.
+VIEW_PLACES: dict[str, dict[str, Any]] = {
+    "nav": {"category": "browse", "url_route": "watermarks"},
+    "dag": {"url_route": "watermarks-dag"},
+    "dag_run": {"url_route": "watermarks-run"},
+    "dashboard": {"url_route": "watermarks-dashboard"},
+}
+
+
+def react_apps(views: str | None = None, static_dir: str | None = None) -> list[dict[str, Any]]:
+    """The ``react_apps`` entries of the views that are on, in :data:`VIEW_PLACES` order.
+
+    :param views: comma-separated destinations (``[watermark_ops] ui_views`` when None; default every one).
+    :param static_dir: the folder of the built bundle and ``watermark-views.json`` (default
+        :data:`watermark_ops.airflow.ui.STATIC_DIR`).
+    :return: ``[{"name", "bundle_url": "/watermark-ops/static/watermark-views.umd.js?v=<sha256[:12]>",
+        "destination", "url_route", ...}]``; empty, with a warning in the log, when the bundle was
+        never built (a source checkout before ``make ui``), and for an unknown destination a warning.
+    """
+    import json
+
+    from watermark_ops.airflow.ui import STATIC_DIR
+
+    if views is None:
+        from airflow.configuration import conf
+
+        views = conf.get("watermark_ops", "ui_views", fallback=",".join(VIEW_PLACES))
+    wanted = [v.strip() for v in views.split(",") if v.strip()]
+    for unknown in [v for v in wanted if v not in VIEW_PLACES]:
+        log.warning("[watermark_ops] ui_views: %r is no view (expected some of %s): ignored", unknown,
+                    ", ".join(VIEW_PLACES))
+    if not wanted:
+        return []
+    manifest_path = os.path.join(static_dir or STATIC_DIR, "watermark-views.json")
+    try:
+        with open(manifest_path, encoding="utf-8") as handle:
+            manifest = json.load(handle)
+        names, bundle, digest = manifest["views"], manifest["bundle"], manifest["sha256"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        log.warning("the watermark views are off: their bundle's manifest %s cannot be read (%s); build it "
+                    "with `make ui`", manifest_path, exc)
+        return []
+    return [{"name": names[d], "bundle_url": f"{URL_PREFIX}/static/{bundle}?v={digest[:12]}", "destination": d,
+             **VIEW_PLACES[d]} for d in VIEW_PLACES if d in wanted and d in names]
+
+
 class WatermarkOpsPlugin(AirflowPlugin):
-    """Registers the watermark pages (FastAPI app) and their places in the UI (external views)."""
+    """Registers the watermark JSON and pages (FastAPI app) and the React views in the UI (``react_apps``:
+    Browse > Watermarks, a DAG's tab, a DAG run's tab, the home dashboard; ``[watermark_ops] ui_views``)."""
 
     name = "watermark_ops"
     fastapi_apps = [{"app": create_app(page_roots, page_known), "url_prefix": URL_PREFIX, "name": "watermark-ops"}]
-    external_views = [
-        {"name": "Watermarks", "href": f"{URL_PREFIX}/", "destination": "nav", "category": "browse",
-         "url_route": "watermarks"},
-        {"name": "Watermark", "href": f"{URL_PREFIX}/dags/{{DAG_ID}}", "destination": "dag",
-         "url_route": "watermark-dag"},
-        {"name": "Watermark", "href": f"{URL_PREFIX}/dags/{{DAG_ID}}?task_id={{TASK_ID}}",
-         "destination": "task_instance", "url_route": "watermark-task"},
-    ]
+    react_apps = react_apps()

@@ -90,6 +90,14 @@ def get_provider_info() -> dict[str, Any]:
                         "user's: each sees its own rows of it). Past it, the next view reads what changed "
                         "since (metadata and one probe per checkpoint when nothing did); 0: every view "
                         "looks. Default 10.", "10"), type="float", default="10"),
+                    "ui_views": dict(_option(
+                        "The React views the plugin adds to Airflow's UI, comma-separated, of: nav "
+                        "(Browse > Watermarks, the overview and each checkpoint), dag (a tab on a DAG's "
+                        "page), dag_run (a tab on a DAG run's page), dashboard (a widget on the home "
+                        "page). Leave one out to turn it off; empty: none (the JSON and the "
+                        "server-rendered pages under /watermark-ops stay). Read when the api-server "
+                        "starts. Default nav,dag,dag_run,dashboard.", "nav,dag,dag_run,dashboard"),
+                        default="nav,dag,dag_run,dashboard"),
                 },
             },
         },

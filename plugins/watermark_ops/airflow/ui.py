@@ -4,7 +4,13 @@ Routes (under the mount prefix, ``/watermark-ops`` in :mod:`watermark_ops.airflo
 
     GET /[?page=N&page_size=M]              overview: every known checkpoint, problems first, paged
                                             (HTML; default 100 rows a page, at most 1,000)
-    GET /api/checkpoints[?page=N&page_size=M]    the same page as JSON, with the totals
+    GET /api/checkpoints[?page=N&page_size=M&dag_id=D&state=S]    the same page as JSON, with the
+                                            totals and the count per state; dag_id: that DAG's
+                                            checkpoints (403 if the user may not read it); state:
+                                            the rows counted under it (core.overview.state_key)
+    GET /api/dags/{dag_id}/runs/{run_id}    that DAG run's batches, late rows, corrections and
+                                            restart preflight, per checkpoint of the DAG
+    GET /static/watermark-views.umd.js      the React views (Airflow's react_apps), unauthenticated
     GET /checkpoints/{root}/{path}[?limit=N]     one checkpoint's page (HTML); the chart draws the
                                                  newest N batches (default 500, 0: all)
     GET /api/checkpoints/{root}/{path}[?limit=N] the same data as JSON
@@ -42,6 +48,7 @@ its row (the overview) or its page, never a 500.
 from __future__ import annotations
 
 import json
+import os
 from typing import Any, Callable
 
 from fastapi import Depends, FastAPI, Query, Request
@@ -51,11 +58,14 @@ from watermark_ops.core.overview import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, empty_
 from watermark_ops.core.overview_cache import Job, SharedOverview
 from watermark_ops.core.roots import CheckpointRoots, PathRefused
 
-__all__ = ["DEFAULT_MAX_AGE", "create_app", "require_user"]
+__all__ = ["DEFAULT_MAX_AGE", "STATIC_DIR", "create_app", "require_user", "run_part"]
 
 #: Seconds one evaluation of the overview serves every later view (``[watermark_ops]
 #: overview_max_age``): within it a view reads nothing; past it the next view reads what changed.
 DEFAULT_MAX_AGE = 10.0
+
+#: The folder of the React views' built bundle and its manifest (``ui/``, built by ``make ui``).
+STATIC_DIR = os.path.join(os.path.dirname(__file__), "static")
 
 #: A known checkpoint, as :func:`watermark_ops.airflow.registry.known_checkpoints` gives it:
 #: ``{"name", "checkpoint", "missing_ok", "thresholds", "dag_ids", "tasks", "landings", "note", ...}``,
@@ -98,6 +108,11 @@ def create_app(roots: Callable[[], CheckpointRoots], known: Callable[[], list[Kn
     shared = SharedOverview(max_age=DEFAULT_MAX_AGE if max_age is None else max_age,
                             failed_row=lambda job, exc: _failed_row({"checkpoint": job.location, "name": None}, exc))
     app.state.overview = shared  # the shared evaluation (its memory and refresh count), for tests and benchmarks
+    # The React views' bundle (no data in it): a mount, outside the app's authentication, as Airflow
+    # serves its own UI's assets. Missing until `make ui` built it (the wheel carries it).
+    from starlette.staticfiles import StaticFiles
+
+    app.mount("/static", StaticFiles(directory=STATIC_DIR, check_dir=False), name="static")
 
     def rows(request: Request, user: Any) -> tuple[list[dict[str, Any]], CheckpointRoots, str]:
         """Every row this user may see, problems first: one shared evaluation of every known
@@ -137,12 +152,14 @@ def create_app(roots: Callable[[], CheckpointRoots], known: Callable[[], list[Kn
             address = address_of(entry["checkpoint"])
             if address is None:
                 row = _not_under_roots(entry)
+                row["address"] = None
             else:
                 # A checkpoint named by its location is shown by its address: root/path.
                 shown = f"{address[0]}/{address[1]}" if entry["name"] == entry["checkpoint"] else entry["name"]
                 key = _job_key(entry)
                 row = dict(failed.get(key) or evaluation.rows[key], name=shown)
                 row["url"] = f"{base(request)}/checkpoints/{address[0]}/{address[1]}"
+                row["address"] = f"{address[0]}/{address[1]}"
             row["dag_ids"] = entry.get("dag_ids", [])
             out.append(row)
         return sort_overview(out), checkpoint_roots, iso_utc(evaluation.at_ms)
@@ -163,12 +180,50 @@ def create_app(roots: Callable[[], CheckpointRoots], known: Callable[[], list[Kn
     @app.get("/api/checkpoints")
     def overview_json(request: Request, page: int = Query(1, ge=1),
                       page_size: int = Query(DEFAULT_PAGE_SIZE, ge=1, le=MAX_PAGE_SIZE),
+                      dag_id: str | None = None, state: str | None = None,
                       user: Any = Depends(require_user)) -> Response:
-        from watermark_ops.core.overview import page_of
+        # dag_id: that DAG's checkpoints (403 for a DAG the user may not read); state: the rows
+        # counted under that state (core.overview.state_key); "states" counts before that filter.
+        from watermark_ops.airflow.access import may_read_dag
+        from watermark_ops.core.overview import page_of, state_key
 
+        if dag_id is not None and not may_read_dag(user, dag_id):
+            return JSONResponse({"detail": f"DAG {dag_id}: not readable by this user"}, 403)
         found, checkpoint_roots, at = rows(request, user)
+        if dag_id is not None:
+            found = [row for row in found if dag_id in row.get("dag_ids", ())]
+        states = page_of(found, 1, 1)[1]["states"]
+        if state:
+            found = [row for row in found if state_key(row) == state]
         shown, paging = page_of(found, page, page_size)
-        return JSONResponse({"evaluated_at": at, "roots": checkpoint_roots.roots, **paging, "checkpoints": shown})
+        return JSONResponse({"evaluated_at": at, "roots": checkpoint_roots.roots, **paging, "states": states,
+                             "checkpoints": shown})
+
+    @app.get("/api/dags/{dag_id}/runs/{run_id}")
+    def dag_run_json(request: Request, dag_id: str, run_id: str, user: Any = Depends(require_user)) -> Response:
+        # For each checkpoint of the DAG the user may see: that run's batches, late rows,
+        # corrections and the restart preflight (the progress log's run_tag is the DAG run id).
+        from watermark_ops.airflow.access import may_read_dag
+
+        if not may_read_dag(user, dag_id):
+            return JSONResponse({"detail": f"DAG {dag_id}: not readable by this user"}, 403)
+        found, _, _ = rows(request, user)
+        out = []
+        for row in found:
+            if dag_id not in row.get("dag_ids", ()):
+                continue
+            item = {"name": row["name"], "address": row.get("address"), "error": row.get("error"), "runs": [],
+                    "points": [], "corrections": [], "preflight": None, "problems": []}
+            if row.get("address") and not row.get("error"):
+                root, path = row["address"].split("/", 1)
+                try:
+                    item.update(run_part(detail(root, path, 0, user), run_id))
+                except PathRefused as exc:
+                    item["error"] = exc.reason
+                except Exception as exc:  # noqa: BLE001 - unreadable storage: that checkpoint says so
+                    item["error"] = f"cannot be read: {exc!r}"
+            out.append(item)
+        return JSONResponse({"dag_id": dag_id, "run_id": run_id, "checkpoints": out})
 
     def detail(root: str, path: str, limit: int | None, user: Any) -> dict[str, Any]:
         from watermark_ops.airflow.access import may_see_location
@@ -243,6 +298,20 @@ def create_app(roots: Callable[[], CheckpointRoots], known: Callable[[], list[Kn
         return RedirectResponse(f"{base(request)}/", 307)
 
     return app
+
+
+def run_part(detail: dict[str, Any], run_id: str) -> dict[str, Any]:
+    """The part of a checkpoint page (:func:`watermark_ops.core.overview.checkpoint_detail`) about one
+    DAG run: ``{"runs": its runs (``run_tag`` equal to ``run_id``; ``number``: 1-based among the
+    checkpoint's runs), "points": the chart points of
+    their batches, "corrections": those made by it, "preflight": the checkpoint's restart preflight,
+    "problems": the page's problems}``."""
+    runs = [dict(run, number=index + 1) for index, run in enumerate(detail.get("runs", []))
+            if run.get("run_tag") == run_id]
+    batch_ids = {b for run in runs for b in run.get("batch_ids", ())}
+    return {"runs": runs, "points": [p for p in detail["chart"]["points"] if p["batch_id"] in batch_ids],
+            "corrections": [c for c in detail.get("corrections", []) if c.get("run") == run_id],
+            "preflight": detail.get("preflight"), "problems": detail.get("problems", [])}
 
 
 def _filesystem(entry: Known | None, checkpoint_roots: CheckpointRoots, root: str | None) -> Any:

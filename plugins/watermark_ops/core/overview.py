@@ -191,6 +191,16 @@ def empty_row(location: str, name: str | None = None) -> dict[str, Any]:
     }
 
 
+def state_key(row: dict[str, Any]) -> str:
+    """The one state an overview row counts under (the dashboard's counts, the overview's
+    ``state`` filter): ``"not_run"`` for a checkpoint not written yet, ``"error"`` for one that
+    cannot be read or judged, else its watermark state (``advancing``, ``idle``, ``stalled``, ...;
+    ``"unknown"`` without one)."""
+    if row.get("error"):
+        return "not_run" if str(row["error"]).startswith("not run yet") else "error"
+    return row.get("state") or "unknown"
+
+
 def sort_overview(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """Rows with problems first (by ``rank``), then by name."""
     return sorted(rows, key=lambda row: (row["rank"], str(row["name"])))
@@ -204,7 +214,8 @@ def page_of(rows: Sequence[dict[str, Any]], page: int = 1,
     :param page: 1-based; past the last page, the last page.
     :param page_size: rows per page (at least 1).
     :return: ``(the page's rows, {"total": rows, "page": the page shown, "page_size", "pages",
-        "problems": rows ranked unreadable, violated or alarming, "warnings": rows ranked warning})``.
+        "problems": rows ranked unreadable, violated or alarming, "warnings": rows ranked warning,
+        "states": {state: rows} over every row (:func:`state_key`)})``.
     """
     size = max(1, int(page_size))
     pages = max(1, -(-len(rows) // size))
@@ -213,7 +224,16 @@ def page_of(rows: Sequence[dict[str, Any]], page: int = 1,
         "total": len(rows), "page": shown, "page_size": size, "pages": pages,
         "problems": sum(1 for r in rows if r.get("rank", _RANK_OK) <= _RANK_ALARM),
         "warnings": sum(1 for r in rows if r.get("rank") == _RANK_WARNING),
+        "states": _count_states(rows),
     }
+
+
+def _count_states(rows: Sequence[dict[str, Any]]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for row in rows:
+        key = state_key(row)
+        counts[key] = counts.get(key, 0) + 1
+    return counts
 
 
 def _runs(progress, query_id: str | None) -> list[dict[str, Any]]:
@@ -224,14 +244,31 @@ def _runs(progress, query_id: str | None) -> list[dict[str, Any]]:
     return [run.to_dict() for run in drops_per_run(records)]
 
 
-def _chart(batches: Sequence[Any], runs: list[dict[str, Any]], regressed: set[int], limit: int) -> dict[str, Any]:
-    """The chart's series: the newest ``limit`` batches with offsets."""
+def _input_rows(records: Iterable[dict[str, Any]], query_id: str | None) -> dict[int, int]:
+    """Batch id -> its input rows (``input_rows`` of its progress record; the newest record wins)."""
+    out: dict[int, int] = {}
+    for record in records:
+        if record.get("executed", True) is False or record.get("batch_id") is None:
+            continue
+        if query_id is not None and record.get("query_id") not in (None, query_id):
+            continue
+        out[int(record["batch_id"])] = int(record.get("input_rows") or 0)
+    return out
+
+
+def _chart(batches: Sequence[Any], runs: list[dict[str, Any]], regressed: set[int], limit: int,
+           input_rows: dict[int, int] | None = None) -> dict[str, Any]:
+    """The chart's series: the newest ``limit`` batches with offsets, each with its input rows
+    (progress log; None without a record) and late rows (the ledger's count for that batch; None
+    when unknown, never 0)."""
     with_offsets = [b for b in batches if b.has_offsets]
     shown = with_offsets[-limit:] if limit > 0 else with_offsets
     starts: dict[int, dict[str, Any]] = {}
+    late: dict[int, int] = {}
     for index, run in enumerate(runs):
         if run["batch_ids"]:
             starts[run["batch_ids"][0]] = {"run": index + 1, "run_tag": run["run_tag"], "run_id": run["run_id"]}
+        late.update(run.pop("_late_by_batch", None) or {})
     points = []
     for batch in shown:
         start = starts.get(batch.batch_id)
@@ -239,6 +276,9 @@ def _chart(batches: Sequence[Any], runs: list[dict[str, Any]], regressed: set[in
             "batch_id": batch.batch_id, "watermark_ms": batch.watermark_ms, "timestamp_ms": batch.timestamp_ms,
             "next_watermark_ms": batch.next_watermark_ms, "committed": batch.committed,
             "regressed": batch.batch_id in regressed, "run_start": start,
+            "input_rows": (input_rows or {}).get(batch.batch_id),
+            # a batch that read no row has none late; else the ledger's count, None when unknown
+            "rows_late": 0 if (input_rows or {}).get(batch.batch_id) == 0 else late.get(batch.batch_id),
         })
     first_shown = shown[0].batch_id if shown else None
     return {
@@ -300,6 +340,7 @@ def _ledger_rows(late_sink: str, runs: list[dict[str, Any]], limit: int, problem
                     bad += 1
             if bad:
                 problems.append(f"late-row sink file {file}: {bad} line(s) are not a JSON object (not counted)")
+            run.setdefault("_late_by_batch", {})[batch_id] = rows
             total = (total or 0) + rows
         run["rows_late"] = total
         run["_late"] = late if total is not None else None
@@ -340,7 +381,7 @@ def checkpoint_detail(location: str, thresholds: Thresholds, *, name: str | None
         Classification.to_dict() | None, "audit": {"status", "findings": [{"rule", "severity",
         "batch_id", "file", "message"}]}, "chart": {"total", "shown", "limit",
         "first_shown_batch_id", "points": [{"batch_id", "watermark_ms", "timestamp_ms",
-        "next_watermark_ms", "committed", "regressed", "run_start"}], "restarts": [{"batch_id",
+        "next_watermark_ms", "committed", "regressed", "run_start", "input_rows", "rows_late"}], "restarts": [{"batch_id",
         "run", "run_tag", "run_id"}]}, "runs": [RunDrops.to_dict(), with ``rows_late_recovered``,
         ``rows_late_dropped`` and ``corrections`` when the checkpoint has corrections], "late_sink": str | None,
         "corrections": [correction's public fields, in the order made
@@ -383,7 +424,8 @@ def checkpoint_detail(location: str, thresholds: Thresholds, *, name: str | None
     order = {ERROR: 0, WARNING: 1, INFO: 2}
     row = _row_of(empty_row(location, name), checkpoint, thresholds, at_ms, False,
                   (status, report, classification, why_not))
-    chart = _chart(report.batches, runs, regressed, chart_limit)
+    chart = _chart(report.batches, runs, regressed, chart_limit,
+                   _input_rows(progress.records if progress is not None else (), checkpoint.query_id))
     state = _state_part(location, checkpoint, progress, chart, state_thresholds, filesystem, storage_options)
     problems.extend(state.pop("problems"))
     return {
@@ -494,7 +536,8 @@ def _replayed_rows(location: str, query_id: str | None, runs: list[dict[str, Any
             run["late_rows_unknown_reason"] = (f"no late-row sink is known for this checkpoint and it has no Spark "
                                                f"replay records ({replay_log_path(location)})")
         elif not missing and not inexact:  # every batch of the run replayed exactly: the run's figure
-            run["rows_late"] = sum(len(records[b]["late_rows"]) for b in run["batch_ids"])
+            run["_late_by_batch"] = {b: len(records[b]["late_rows"]) for b in run["batch_ids"]}
+            run["rows_late"] = sum(run["_late_by_batch"].values())
             run["_late"] = [row for b in run["batch_ids"] for row in records[b]["late_rows"]]
         elif missing:
             run["late_rows_unknown_reason"] = (f"{batches_text(missing)}: no Spark replay record in "

@@ -5,12 +5,15 @@ red, 10,000 batches drawn as the newest 500."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+from pathlib import Path
 
 import pytest
 
 from tests.watermark_ops.airflow import ui_fixtures as uf
+from watermark_ops.airflow.ui import STATIC_DIR
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -41,9 +44,58 @@ def test_the_ui_lists_the_plugin_views(client):
     plugins = client.get("/api/v2/plugins").json()["plugins"]
     ours = next(p for p in plugins if p["name"] == "watermark_ops")
     assert [a["url_prefix"] for a in ours["fastapi_apps"]] == ["/watermark-ops"]
-    views = {(v["destination"], v["href"]) for v in ours["external_views"]}
-    assert ("nav", "/watermark-ops/") in views
-    assert ("task_instance", "/watermark-ops/dags/{DAG_ID}?task_id={TASK_ID}") in views
+    assert ours["external_views"] == []  # no page in an iframe: the React views are the UI's own
+    manifest = json.loads((Path(STATIC_DIR) / "watermark-views.json").read_text())
+    apps = {a["destination"]: a for a in ours["react_apps"]}
+    assert list(apps) == ["nav", "dag", "dag_run", "dashboard"]
+    for destination, app in apps.items():
+        assert app["name"] == manifest["views"][destination]
+        assert app["bundle_url"] == f"/watermark-ops/static/watermark-views.umd.js?v={manifest['sha256'][:12]}"
+    assert apps["nav"]["category"] == "browse" and apps["nav"]["url_route"] == "watermarks"
+    # the bundle is served without a session (no data in it), and is the one the manifest hashes
+    anonymous = _anonymous(client)
+    bundle = anonymous.get(apps["nav"]["bundle_url"])
+    assert bundle.status_code == 200 and hashlib.sha256(bundle.content).hexdigest() == manifest["sha256"]
+
+
+def test_each_view_can_be_turned_off(tmp_path, caplog):
+    from watermark_ops.airflow.plugin import react_apps
+
+    assert [a["destination"] for a in react_apps("nav, dashboard")] == ["nav", "dashboard"]
+    assert react_apps("") == []
+    with caplog.at_level("WARNING"):
+        assert [a["destination"] for a in react_apps("nav,graph")] == ["nav"]
+    assert "'graph' is no view" in caplog.text
+    with caplog.at_level("WARNING"):
+        assert react_apps("nav", static_dir=str(tmp_path)) == []  # a checkout before `make ui`
+    assert "make ui" in caplog.text and "watermark-views.json" in caplog.text
+
+
+def test_the_overview_counts_states_and_filters_by_one(client):
+    from watermark_ops.core.overview import state_key
+
+    whole = client.get("/watermark-ops/api/checkpoints").json()
+    counted: dict[str, int] = {}
+    for row in whole["checkpoints"]:
+        counted[state_key(row)] = counted.get(state_key(row), 0) + 1
+    assert whole["states"] == counted and sum(counted.values()) == whole["total"]
+    assert {"error", "not_run", "idle"} <= set(counted)
+    for state, n in counted.items():
+        only = client.get("/watermark-ops/api/checkpoints", params={"state": state}).json()
+        assert [state_key(r) for r in only["checkpoints"]] == [state] * n
+        assert only["states"] == counted  # the counts are the whole's, before the filter
+    for row in whole["checkpoints"]:
+        assert row["address"] == (row["url"].removeprefix("/watermark-ops/checkpoints/") if row["url"] else None)
+
+
+def test_the_chart_points_carry_input_and_late_rows(client):
+    detail = client.get("/watermark-ops/api/checkpoints/test/real").json()
+    records = [json.loads(line) for line in Path(detail["progress_log"]).read_text().splitlines() if line.strip()]
+    by_batch = {r["batch_id"]: r["input_rows"] for r in records if r.get("executed", True)}
+    points = detail["chart"]["points"]
+    assert [p["input_rows"] for p in points] == [by_batch.get(p["batch_id"]) for p in points]
+    # no late-row sink and no replay records: unknown (None), never 0, but for a batch that read no row
+    assert [p["rows_late"] for p in points] == [0 if by_batch.get(p["batch_id"]) == 0 else None for p in points]
 
 
 # --------------------------------------------------------------------------------------------

@@ -223,3 +223,20 @@ def test_each_team_pages_through_its_own_rows_only(teams):
     assert (guest["total"], guest["pages"], guest["checkpoints"]) == (0, 1, [])
     page = clients["bob"].get(f"{PREFIX}/?page_size=2").text
     assert "3 checkpoints" in page and "Page 1 of 2" in page and "alpha-orders" not in page
+
+
+def test_the_dag_views_json_is_per_team(teams):
+    """The DAG tab's and the DAG run tab's JSON: exactly that DAG's checkpoints, for its own team only."""
+    clients, root = teams
+    alpha = clients["alice"].get(f"{PREFIX}/api/checkpoints", params={"dag_id": "alpha_orders_audit"}).json()
+    assert {row["location"] for row in alpha["checkpoints"]} == {str(root / "alpha-orders"), str(root / "shared")}
+    assert sum(alpha["states"].values()) == alpha["total"] == 2
+    beta = clients["bob"].get(f"{PREFIX}/api/checkpoints", params={"dag_id": "beta_orders_audit"}).json()
+    assert {row["location"] for row in beta["checkpoints"]} == {str(root / "beta-orders"), str(root / "shared")}
+    assert clients["alice"].get(f"{PREFIX}/api/checkpoints", params={"dag_id": "beta_orders_audit"}).status_code == 403
+    assert clients["bob"].get(f"{PREFIX}/api/dags/alpha_orders_audit/runs/any").status_code == 403
+    run = clients["alice"].get(f"{PREFIX}/api/dags/alpha_orders_audit/runs/no-such-run").json()
+    assert sorted(c["address"] for c in run["checkpoints"]) == ["teams/alpha-orders", "teams/shared"]
+    for checkpoint in run["checkpoints"]:  # a run that tagged no batch: nothing of it, but the preflight
+        assert (checkpoint["runs"], checkpoint["points"], checkpoint["corrections"]) == ([], [], [])
+        assert checkpoint["preflight"]["verdict"] == "go" and checkpoint["error"] is None
