@@ -45,6 +45,8 @@ def build_wheel(folder: Path) -> Path:
 
     :raises AssertionError: with uv's output when no wheel was built.
     """
+    bundle = REPO / "plugins/watermark_ops/airflow/static/watermark-views.umd.js"
+    assert bundle.exists(), f"{bundle} is missing: build the React views first (make ui; make test does)"
     source = folder / "src"
     source.mkdir(parents=True)
     for name in BUILD_INPUTS:

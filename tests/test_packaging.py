@@ -52,6 +52,9 @@ def test_the_wheel_has_both_entry_points_and_no_example(wheel):
     assert {"watermark_ops/airflow/plugin.py", "watermark_ops/airflow/provider.py", "watermark_ops/airflow/registry.py",
             "watermark_ops/core/audit.py", "watermark_ops/terminal/cli.py"} <= modules
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+    # The React views' bundle and manifest (make ui), and nothing else of ui/ (no sources, no node_modules).
+    assert {"watermark_ops/airflow/static/watermark-views.umd.js", "watermark_ops/airflow/static/watermark-views.json"} <= set(names)
+    assert not [n for n in names if "node_modules" in n or n.endswith((".ts", ".tsx"))]
     groups = dict(re.findall(r"^\[([^\]]+)\]\n((?:.+\n?)+)", entry_points, re.M))
     assert PLUGIN_ENTRY in groups["airflow.plugins"].splitlines()
     assert PROVIDER_ENTRY in groups["apache_airflow_provider"].splitlines()
@@ -140,7 +143,7 @@ def test_provider_info_validates_against_airflows_schema():
 
     assert all(issubclass(import_string(path), BaseNotifier) for path in info["notifications"])
     assert set(info["config"]["watermark_ops"]["options"]) == {"checkpoint_roots", "checkpoints", "monitor_config",
-                                                             "overview_max_age", "state_alarms"}
+                                                             "overview_max_age", "state_alarms", "ui_views"}
 
 
 # --- Airflow loads it: the installed distribution's entry points -----------------------------------

@@ -115,6 +115,9 @@ def test_two_daily_runs_of_a_users_own_job(user_env):
     # The UI: the checkpoint is on the overview and its page, with no configuration file written.
     ui = facts["ui"]
     assert ui["plugins"].count("watermark_ops") == 1
+    # The React views come from the wheel (no node here): every view, one bundle, served.
+    assert ui["react_apps"] == ["nav", "dag", "dag_run", "dashboard"], ui
+    assert len(ui["bundles"]) == 1 and ui["bundles"][0]["status"] == 200 and ui["bundles"][0]["plugin"], ui
     assert ui["overview_status"] == 200 and ui["row"] is not None, ui
     assert ui["row"]["dag_ids"] == [DAG_ID] and ui["row"]["audit_status"] == "ok"
     assert ui["page_html_status"] == 200 and ui["page"]["location"].rstrip("/") == user_env["checkpoint"]

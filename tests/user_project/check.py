@@ -37,7 +37,13 @@ def ui(checkpoint: str) -> dict:
     with TestClient(create_app("core"), base_url="http://127.0.0.1") as client:
         token = client.post("/auth/token", json={"username": "admin", "password": "admin"}).json()["access_token"]
         client.headers["Authorization"] = f"Bearer {token}"
-        plugins = [p["name"] for p in client.get("/api/v2/plugins").json()["plugins"]]
+        listed = client.get("/api/v2/plugins").json()["plugins"]
+        plugins = [p["name"] for p in listed]
+        # The React views, from the installed wheel alone: their react_apps and the bundle they load.
+        react_apps = [a for p in listed if p["name"] == "watermark_ops" for a in p.get("react_apps", [])]
+        bundles = {a["bundle_url"]: client.get(a["bundle_url"]) for a in react_apps}
+        bundle = [{"url": url, "status": r.status_code, "bytes": len(r.content),
+                   "plugin": b"AirflowPlugin" in r.content} for url, r in bundles.items()]
         overview = client.get("/watermark-ops/api/checkpoints")
         is_json = overview.headers.get("content-type", "").startswith("application/json")
         rows = overview.json().get("checkpoints", []) if overview.status_code == 200 and is_json else []
@@ -48,7 +54,8 @@ def ui(checkpoint: str) -> dict:
             page_reply = client.get("/watermark-ops" + path.replace("/checkpoints/", "/api/checkpoints/", 1))
             page = page_reply.json() if page_reply.status_code == 200 else {"status": page_reply.status_code}
             html = client.get("/watermark-ops" + path).status_code
-        return {"plugins": plugins, "overview_status": overview.status_code, "overview_json": is_json,
+        return {"plugins": plugins, "react_apps": [a["destination"] for a in react_apps], "bundles": bundle,
+                "overview_status": overview.status_code, "overview_json": is_json,
                 "rows": len(rows), "row": row,
                 "page": page, "page_html_status": html}
 

@@ -110,7 +110,7 @@ def create_app(roots: Callable[[], CheckpointRoots], known: Callable[[], list[Kn
     app.state.overview = shared  # the shared evaluation (its memory and refresh count), for tests and benchmarks
     # The React views' bundle (no data in it): a mount, outside the app's authentication, as Airflow
     # serves its own UI's assets. Missing until `make ui` built it (the wheel carries it).
-    from starlette.staticfiles import StaticFiles
+    from fastapi.staticfiles import StaticFiles
 
     app.mount("/static", StaticFiles(directory=STATIC_DIR, check_dir=False), name="static")
 
