@@ -53,8 +53,9 @@ def main(argv: list[str] | None = None) -> int:
             def shot(name: str, url: str, ready: str, hover: str | None = None) -> None:
                 page.goto(url)
                 page.get_by_test_id(ready).first.wait_for()
-                if hover:
-                    page.locator(hover).last.hover()
+                if hover:  # the batch before the newest: the newest is often a no-data batch
+                    dots = page.locator(hover)
+                    dots.nth(max(0, dots.count() - 2)).hover()
                     page.get_by_test_id("batch-tooltip").wait_for()
                 path = out / f"{name}-{mode}.png"
                 page.screenshot(path=str(path))
