@@ -149,6 +149,8 @@ def test_a_backfill_of_2010_is_on_time_for_its_interval_on_every_face(submitted)
     assert classification["alarm"] is False and facts["monitor"]["alarm"] is False, facts["monitor"]
     row = facts["ui"]["row"]
     assert row is not None and row.get("lag_basis") == "data_interval" and row.get("state") != "lagging", row
+    # every late row of the newest run is held by a correction: nothing uncorrected, no problem
+    assert row["late_rows_uncorrected"] == 0 and row["late_run"] == _runs(facts)[-1][0], row
 
 
 def test_the_figures_agree_across_the_faces(submitted):

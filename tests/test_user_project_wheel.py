@@ -120,5 +120,10 @@ def test_two_daily_runs_of_a_users_own_job(user_env):
     assert len(ui["bundles"]) == 1 and ui["bundles"][0]["status"] == 200 and ui["bundles"][0]["plugin"], ui
     assert ui["overview_status"] == 200 and ui["row"] is not None, ui
     assert ui["row"]["dag_ids"] == [DAG_ID] and ui["row"]["audit_status"] == "ok"
+    # The newest run's late rows, none corrected (no allowed lateness): a problem the overview ranks
+    # with the warnings, from what the ledger task kept in the registry.
+    newest = runs[-1]["late_ledger"]
+    assert ui["row"]["late_run"] == newest["run_tag"], ui["row"]
+    assert ui["row"]["late_rows_uncorrected"] == newest["rows_late"] > 0 and ui["row"]["rank"] <= 2, ui["row"]
     assert ui["page_html_status"] == 200 and ui["page"]["location"].rstrip("/") == user_env["checkpoint"]
     assert not list(Path(env["AIRFLOW_HOME"]).glob("*.json"))  # no monitor config: discovery did it

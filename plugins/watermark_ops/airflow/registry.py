@@ -180,6 +180,35 @@ def register_checkpoint(context: Any, checkpoint: str, *, landings: Iterable[str
         return False
 
 
+def record_late_rows(context: Any, checkpoint: str, run: dict[str, Any]) -> bool:
+    """Keep the newest run's late rows on the checkpoint's registry record (``"late"``): the overview
+    ranks a checkpoint whose newest run dropped rows for good with the warnings, and reads nothing more
+    for it.
+
+    :param run: :func:`watermark_ops.core.ledger.reconcile_run`'s result for the run.
+    :return: True when written; False when unchanged, not registered, or the registry failed (a
+        warning; never raises).
+    """
+    try:
+        store = _store(context)
+        key = record_key(checkpoint)
+        old = store.get(key, default=None)
+        if not isinstance(old, dict):
+            return False
+        recovered = run.get("rows_late_recovered")
+        late = {"run_tag": run.get("run_tag"), "known": bool(run.get("late_rows_known")),
+                "rows_late": run.get("rows_late"), "rows_late_recovered": recovered,
+                # not corrected: dropped for good with an allowed lateness, else every late row
+                "rows_uncorrected": run.get("rows_late_dropped") if recovered is not None else run.get("rows_late")}
+        if old.get("late") == late:
+            return False
+        store.set(key, {**old, "late": late})
+        return True
+    except Exception as exc:  # the registry is a convenience: never fail the task for it
+        log.warning("late rows of %s not kept in the watermark-ops registry (the task goes on): %r", checkpoint, exc)
+        return False
+
+
 # -- reading ----------------------------------------------------------------------------------------
 
 
@@ -327,7 +356,8 @@ def known_checkpoints(registered: list[dict[str, Any]], configured: list[dict[st
     :return: ``[{"name": str (the configured name, else :func:`checkpoint_name` of a registered one,
         unique among them; else the location), "checkpoint": location, "missing_ok": bool, "thresholds": {<threshold>:
         value}, "dag_ids": [str], "tasks": [{"dag_id", "task_id", "operator"}], "landings": [str],
-        "late_sink": str | None, "assets": [{"name", "uri"}], "note": str | None,
+        "late_sink": str | None, "late": the newest run's late rows (:func:`record_late_rows`) | None,
+        "assets": [{"name", "uri"}], "note": str | None,
         "conn_id": str | None, "storage_options": dict | None,
         "registered": bool, "configured": bool}]``. ``conn_id`` / ``storage_options``: the
         configured ones, else those of the first task (by DAG id and task id) that registered a
@@ -375,6 +405,7 @@ def known_checkpoints(registered: list[dict[str, Any]], configured: list[dict[st
                       for t in tasks],
             "landings": landings,
             "late_sink": next((s for s in late_sinks if s), None),
+            "late": (record or {}).get("late") if isinstance((record or {}).get("late"), dict) else None,
             "assets": assets,
             "note": (entry or {}).get("note"),
             "conn_id": conn_id,

@@ -406,11 +406,13 @@ def watermarked_run(
             Registers the checkpoint with its landing folders and ledger sink (the UI and the monitor list it)."""
             from airflow.sdk import get_current_context
 
-            from watermark_ops.airflow.registry import register_checkpoint
+            from watermark_ops.airflow.registry import record_late_rows, register_checkpoint
             from watermark_ops.core.ledger import reconcile_run
 
-            register_checkpoint(get_current_context(), checkpoint, landings=landings, late_sink=late_sink)
+            context = get_current_context()
+            register_checkpoint(context, checkpoint, landings=landings, late_sink=late_sink)
             run = reconcile_run(checkpoint, run_id, quarantine_checkpoint, sink=late_sink)
+            record_late_rows(context, checkpoint, run)  # the overview's "late rows not corrected"
             logging.getLogger(__name__).info("run %s: %s", run_id, run["balance"])
             return run
 

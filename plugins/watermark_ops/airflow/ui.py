@@ -119,7 +119,7 @@ def create_app(roots: Callable[[], CheckpointRoots], known: Callable[[], list[Kn
         checkpoint (:class:`~watermark_ops.core.overview_cache.SharedOverview`), then the user's
         filter (:func:`~watermark_ops.airflow.access.visible_entries`)."""
         from watermark_ops.airflow.access import visible_entries
-        from watermark_ops.core.overview import sort_overview
+        from watermark_ops.core.overview import sort_overview, with_late_rows
         from watermark_ops.core.times import iso_utc, now_ms
 
         try:
@@ -157,7 +157,7 @@ def create_app(roots: Callable[[], CheckpointRoots], known: Callable[[], list[Kn
                 # A checkpoint named by its location is shown by its address: root/path.
                 shown = f"{address[0]}/{address[1]}" if entry["name"] == entry["checkpoint"] else entry["name"]
                 key = _job_key(entry)
-                row = dict(failed.get(key) or evaluation.rows[key], name=shown)
+                row = with_late_rows(dict(failed.get(key) or evaluation.rows[key], name=shown), entry.get("late"))
                 row["url"] = f"{base(request)}/checkpoints/{address[0]}/{address[1]}"
                 row["address"] = f"{address[0]}/{address[1]}"
             row["dag_ids"] = entry.get("dag_ids", [])

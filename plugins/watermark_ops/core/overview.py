@@ -122,6 +122,20 @@ def with_refused_restart(row: dict[str, Any], refused: dict[str, Any] | None) ->
     return row
 
 
+def with_late_rows(row: dict[str, Any], late: dict[str, Any] | None) -> dict[str, Any]:
+    """``row`` with ``late_rows_uncorrected``: the rows its newest run dropped as late and no
+    correction holds (dropped for good with an allowed lateness, else every late row), from
+    ``late`` (``{"run_tag", "known", "rows_late", "rows_late_recovered", "rows_uncorrected"}``,
+    kept by the run pattern's ledger task); None when unknown. A row whose newest run has some
+    ranks with the warnings (problems first)."""
+    uncorrected = (late or {}).get("rows_uncorrected") if (late or {}).get("known") else None
+    row["late_rows_uncorrected"] = uncorrected if isinstance(uncorrected, int) else None
+    row["late_run"] = (late or {}).get("run_tag")
+    if row["late_rows_uncorrected"] and row["rank"] > _RANK_WARNING and not row["error"]:
+        row["rank"] = _RANK_WARNING
+    return row
+
+
 def with_state_column(row: dict[str, Any], summary: Any, thresholds: Any = None) -> dict[str, Any]:
     """``row`` with its compact state column, ``state_store``: ``{"has_state_folder", "rows" (now,
     every operator), "chain_length" (the longest), "bounded": bool | None, "codes": [the state

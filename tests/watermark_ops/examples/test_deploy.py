@@ -23,6 +23,7 @@ import signal
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -179,6 +180,16 @@ def test_the_scheduler_runs_three_days_on_the_cluster_and_survives_a_killed_work
     assert len(page["chart"]["restarts"]) == len(page["runs"]) >= 3
     rows = {row["name"]: row for row in api.get("/watermark-ops/api/checkpoints")["checkpoints"]}
     assert rows["flight_windows"]["audit_status"] == "ok" and rows["flight_windows"]["error"] is None
+    # The React views of the deployment's UI: each registered, its bundle served, and each DAG run's
+    # tab has that run's batches.
+    ours = next(p for p in api.get("/api/v2/plugins")["plugins"] if p["name"] == "watermark_ops")
+    assert [a["destination"] for a in ours["react_apps"]] == ["nav", "dag", "dag_run", "dashboard"]
+    with urllib.request.urlopen(urls["airflow"] + ours["react_apps"][0]["bundle_url"], timeout=30) as bundle:
+        assert bundle.status == 200 and b"AirflowPlugin" in bundle.read()
+    for run in runs:
+        tab = api.get(f"/watermark-ops/api/dags/{DAG}/runs/{urllib.parse.quote(run['dag_run_id'], safe='')}")
+        mine = [c for c in tab["checkpoints"] if c["name"] == "flight_windows"][0]
+        assert [r["run_tag"] for r in mine["runs"]] == [run["dag_run_id"]] and mine["points"], mine
     print(f"killed {killed} while batch 4 was in flight; the run succeeded on the other worker")
     logs = [*Path(deploy.folder(), "airflow", "logs").rglob("*.log"), Path(deploy.folder(), "logs", "spark-connect.log")]
     lost = [line.split('"event":"')[-1][:160] for path in logs if path.exists()
