@@ -163,7 +163,8 @@ export function WatermarkChart({ points, restarts, total }: { points: ChartPoint
             <Line yAxisId="bt" dataKey="timestamp_ms" name="batch time" type="stepAfter" stroke={TOKEN.batchTime}
               strokeDasharray="5 3" dot={false} isAnimationActive={false} />
             <Line yAxisId="wm" dataKey="wm" name="watermark" type="stepAfter" stroke={TOKEN.watermark} strokeWidth={2}
-              dot={<RegressedDot />} activeDot={{ r: 5 }} connectNulls={false} isAnimationActive={false} />
+              dot={<RegressedDot />} activeDot={{ r: 5, stroke: TOKEN.panel, fill: TOKEN.watermark }} connectNulls={false}
+              isAnimationActive={false} />
             {shown.length > 30 ? (
               <Brush dataKey="batch_id" height={22} stroke={TOKEN.axis} fill={TOKEN.panel} travellerWidth={8} />
             ) : null}

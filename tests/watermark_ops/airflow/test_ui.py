@@ -379,3 +379,14 @@ def test_the_ledger_is_read_for_the_runs_shown_only(ui, spark, tmp_path):
     detail = checkpoint_detail(str(ui.root / "real"), Thresholds(), late_sink=str(tmp_path / "nowhere"))
     assert all(r["rows_late"] is None for r in detail["runs"])
     assert any("no batch=<N>.jsonl" in p and "nowhere" in p for p in detail["problems"])
+
+
+def test_the_views_sources_name_no_colour_or_font_of_their_own():
+    """The React views take every colour and font from the UI's theme (Chakra tokens, its CSS
+    variables): no literal colour or font family in ui/src (the browser test checks the result)."""
+    sources = Path(__file__).resolve().parents[3] / "ui" / "src"
+    found = [(path.name, match.group(0)) for path in sorted(sources.rglob("*.ts*"))
+             for match in re.finditer(r"#[0-9a-fA-F]{3,8}\b|\b(?:rgba?|hsla?|oklch)\(|font-?family", path.read_text(),
+                                      re.I)]
+    assert found == []
+    assert "var(--chakra-colors-" in (sources / "Chart.tsx").read_text()
