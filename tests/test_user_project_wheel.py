@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import zipfile
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -127,3 +128,40 @@ def test_two_daily_runs_of_a_users_own_job(user_env):
     assert ui["row"]["late_rows_uncorrected"] == newest["rows_late"] > 0 and ui["row"]["rank"] <= 2, ui["row"]
     assert ui["page_html_status"] == 200 and ui["page"]["location"].rstrip("/") == user_env["checkpoint"]
     assert not list(Path(env["AIRFLOW_HOME"]).glob("*.json"))  # no monitor config: discovery did it
+
+
+def test_the_views_in_a_browser_from_the_wheel(user_env, tmp_path):
+    """Airflow installed with the wheel alone (no node, nothing of this repository), after the two
+    runs above: Browse → Watermarks, the DAG's tab, its newest run's tab and the home dashboard show
+    the React views in a real browser (Debian's chromium), in light and in dark mode, with no
+    console error."""
+    from watermark_ops.examples.browser import api_server, auth_environment, chromium, login
+
+    env = {**user_env["env"], **auth_environment(tmp_path / "auth")}
+    airflow = str(user_env["venv"] / "bin" / "airflow")
+    with api_server(env, tmp_path / "api-server.log", airflow=airflow) as base, chromium() as browser:
+        for mode in ("light", "dark"):
+            page = browser.new_context(viewport={"width": 1400, "height": 900}, color_scheme=mode).new_page()
+            errors: list[str] = []
+            page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            login(page, base)
+            page.goto(f"{base}/")
+            page.get_by_role("button", name="Browse").click()
+            page.get_by_role("menuitem", name="Watermarks").click()
+            rows = page.get_by_test_id("overview-table").locator("tbody tr")
+            rows.first.wait_for()
+            assert rows.count() == 1 and DAG_ID in rows.first.inner_text()
+            assert page.evaluate("document.documentElement.classList.contains('dark')") is (mode == "dark")
+            page.goto(f"{base}/dags/{DAG_ID}/plugin/watermarks-dag")
+            page.get_by_test_id("overview-table").locator("tbody tr").first.wait_for()
+            runs = page.request.get(f"{base}/api/v2/dags/{DAG_ID}/dagRuns?order_by=-run_after&limit=1").json()
+            run_id = runs["dag_runs"][0]["dag_run_id"]
+            page.goto(f"{base}/dags/{DAG_ID}/runs/{quote(run_id, safe='')}/plugin/watermarks-run")
+            batches = page.get_by_test_id("run-batches").locator("tbody tr")
+            batches.first.wait_for()
+            assert batches.count() >= 1
+            page.goto(f"{base}/")
+            page.get_by_test_id("state-count").first.wait_for()
+            assert errors == [], errors
+            page.context.close()

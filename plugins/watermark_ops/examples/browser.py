@@ -61,19 +61,21 @@ def auth_environment(folder: Path, user: str = "admin", password: str = "admin")
 
 @contextmanager
 def api_server(env: dict[str, str], log_file: Path, port: int | None = None,
-               timeout_s: float = 120.0) -> Iterator[str]:
+               timeout_s: float = 120.0, airflow: str | None = None) -> Iterator[str]:
     """Run ``airflow api-server`` on 127.0.0.1 for the ``with`` block.
 
     :param env: the whole environment of the server (its metadata DB, plugins folder, auth).
     :param log_file: where its output goes.
     :param port: default a free port.
+    :param airflow: the ``airflow`` command (default this Python's, beside it: another virtual
+        environment's, e.g. one with the wheel installed, runs that installation's server).
     :return: (yields) the base URL, ``http://127.0.0.1:<port>``.
     :raises RuntimeError: when the server exits or is not healthy within ``timeout_s``, with the
         end of its log.
     """
     port = port or free_port()
     base = f"http://127.0.0.1:{port}"
-    airflow = str(Path(sys.executable).parent / "airflow")
+    airflow = airflow or str(Path(sys.executable).parent / "airflow")
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with open(log_file, "ab") as log:
         process = subprocess.Popen([airflow, "api-server", "--host", "127.0.0.1", "--port", str(port)], env=env,
