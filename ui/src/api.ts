@@ -12,11 +12,6 @@ export function apiUrl(path: string, params: Record<string, string | number | un
   return url.toString();
 }
 
-/** A page address under the plugin's mount (the server-rendered page, kept for curl and old UIs). */
-export function pageUrl(path: string): string {
-  return apiUrl(path);
-}
-
 export type Loaded<T> =
   | { status: "loading" }
   | { status: "error"; code: number | null; message: string }

@@ -161,7 +161,9 @@ def register_checkpoint(context: Any, checkpoint: str, *, landings: Iterable[str
         old = store.get(key, default=None)
         tasks = [t for t in (old or {}).get("tasks", []) if isinstance(t, dict)
                  and (t.get("dag_id"), t.get("task_id")) != (entry["dag_id"], entry["task_id"])]
-        new = {"checkpoint": str(checkpoint),
+        # Other keys of the record (the newest run's "late", record_late_rows) stay as they are,
+        # whichever task of the run registers last.
+        new = {**(old if isinstance(old, dict) else {}), "checkpoint": str(checkpoint),
                "tasks": sorted([*tasks, entry], key=lambda t: (str(t.get("dag_id")), str(t.get("task_id"))))}
         wrote = False
         if new != old:

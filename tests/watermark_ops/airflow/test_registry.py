@@ -195,3 +195,37 @@ def test_a_task_of_ones_own_registers_landings_and_the_late_sink(airflow_db, no_
         checkpoint, ["wo_registry_own_task"], [landing], late)
     assert known["assets"] == [{"name": "wo_registry_days", "uri": "wo_registry_days"}]
     assert known["tasks"] == [{"dag_id": "wo_registry_own_task", "task_id": "run_job", "operator": "_PythonDecoratedOperator"}]
+
+
+def test_the_newest_runs_late_rows_survive_a_later_registration(airflow_db, no_config, tmp_path):
+    """The run pattern's ledger task keeps the run's late rows on the record; a task of the same run
+    registering after it (the audit, in whichever order the tasks ran) keeps them."""
+    from airflow.sdk import DAG, get_current_context, task
+
+    from watermark_ops.airflow.registry import (CHECKPOINT_REGISTRY, known_checkpoints, record_late_rows,
+                                                register_checkpoint, server_registry)
+
+    clear_registry()
+    checkpoint = str(tmp_path / "cp")
+    run = {"run_tag": "manual__1", "late_rows_known": True, "rows_late": 7, "rows_late_recovered": 5,
+           "rows_late_dropped": 2}
+
+    with DAG("wo_registry_late_rows", schedule=None, start_date=START) as dag:
+        @task(inlets=[CHECKPOINT_REGISTRY])
+        def ledger():
+            context = get_current_context()
+            register_checkpoint(context, checkpoint)
+            return record_late_rows(context, checkpoint, run)
+
+        @task(inlets=[CHECKPOINT_REGISTRY])
+        def audit():
+            return register_checkpoint(get_current_context(), checkpoint, landings=[str(tmp_path / "landing")])
+
+        ledger() >> audit()
+
+    states = sf.run_dag(dag)
+    assert sf.xcoms(states)[("ledger", -1, "return_value")] is True
+    (known,) = known_checkpoints(server_registry()[0], [])
+    assert known["late"] == {"run_tag": "manual__1", "known": True, "rows_late": 7, "rows_late_recovered": 5,
+                             "rows_uncorrected": 2}
+    assert [t["task_id"] for t in known["tasks"]] == ["audit", "ledger"]
