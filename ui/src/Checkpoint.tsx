@@ -3,7 +3,7 @@ import { Badge, Box, Code, Heading, HStack, Link, Stack, Table, Text } from "@ch
 
 import { apiUrl, useJson } from "./api";
 import { WatermarkChart } from "./Chart";
-import { Facts, Nothing, Section, StateBadge, WithData } from "./common";
+import { Facts, Nothing, ProblemLines, Section, StateBadge, TableHead, WithData } from "./common";
 import { bytes, count, duration, percent, utc } from "./format";
 import type { Detail, Finding, Operator, Run } from "./types";
 
@@ -26,15 +26,7 @@ export function FindingsTable({ findings, testId }: { findings: Finding[]; testI
   if (findings.length === 0) return <Nothing>No findings.</Nothing>;
   return (
     <Table.Root size="sm" data-testid={testId}>
-      <Table.Header>
-        <Table.Row>
-          <Table.ColumnHeader>Severity</Table.ColumnHeader>
-          <Table.ColumnHeader>Rule</Table.ColumnHeader>
-          <Table.ColumnHeader>Batch</Table.ColumnHeader>
-          <Table.ColumnHeader>File</Table.ColumnHeader>
-          <Table.ColumnHeader>What</Table.ColumnHeader>
-        </Table.Row>
-      </Table.Header>
+      <TableHead columns={["Severity", "Rule", "Batch", "File", "What"]} />
       <Table.Body>
         {findings.map((f, i) => (
           <Table.Row key={`${f.rule}-${i}`}>
@@ -58,19 +50,7 @@ export function RunsTable({ runs }: { runs: Run[] }) {
   if (runs.length === 0) return <Nothing>No run in the progress log.</Nothing>;
   return (
     <Table.Root size="sm" data-testid="runs-table">
-      <Table.Header>
-        <Table.Row>
-          <Table.ColumnHeader>Run</Table.ColumnHeader>
-          <Table.ColumnHeader>Airflow run</Table.ColumnHeader>
-          <Table.ColumnHeader>Started</Table.ColumnHeader>
-          <Table.ColumnHeader>Batches</Table.ColumnHeader>
-          <Table.ColumnHeader textAlign="end">Input rows</Table.ColumnHeader>
-          <Table.ColumnHeader textAlign="end">Late rows</Table.ColumnHeader>
-          <Table.ColumnHeader textAlign="end">Recovered</Table.ColumnHeader>
-          <Table.ColumnHeader textAlign="end">Dropped for good</Table.ColumnHeader>
-          <Table.ColumnHeader textAlign="end">Drop rate</Table.ColumnHeader>
-        </Table.Row>
-      </Table.Header>
+      <TableHead columns={["Run", "Airflow run", "Started", "Batches", "Input rows>", "Late rows>", "Recovered>", "Dropped for good>", "Drop rate>"]} />
       <Table.Body>
         {runs.map((run, i) => (
           <Table.Row key={run.run_id} data-run-tag={run.run_tag ?? ""}>
@@ -123,16 +103,7 @@ function OperatorsTable({ operators }: { operators: Operator[] }) {
   if (operators.length === 0) return <Nothing>No stateful operator.</Nothing>;
   return (
     <Table.Root size="sm" data-testid="state-table">
-      <Table.Header>
-        <Table.Row>
-          <Table.ColumnHeader>Operator</Table.ColumnHeader>
-          <Table.ColumnHeader>Store</Table.ColumnHeader>
-          <Table.ColumnHeader textAlign="end">Partitions</Table.ColumnHeader>
-          <Table.ColumnHeader textAlign="end">State rows</Table.ColumnHeader>
-          <Table.ColumnHeader>Bounded by the watermark</Table.ColumnHeader>
-          <Table.ColumnHeader textAlign="end">On disk</Table.ColumnHeader>
-        </Table.Row>
-      </Table.Header>
+      <TableHead columns={["Operator", "Store", "Partitions>", "State rows>", "Bounded by the watermark", "On disk>"]} />
       <Table.Body>
         {operators.map((op) => (
           <Table.Row key={op.operator_id}>
@@ -242,13 +213,7 @@ function CheckpointBody({ detail, address }: { detail: Detail; address: string }
       </Section>
       {detail.problems.length ? (
         <Section title="Problems reading it" testId="problems-section">
-          <Stack gap={1}>
-            {detail.problems.map((p) => (
-              <Text key={p} fontSize="sm" color="fg.error">
-                {p}
-              </Text>
-            ))}
-          </Stack>
+          <ProblemLines problems={detail.problems} />
         </Section>
       ) : null}
       <Text fontSize="xs" color="fg.muted">

@@ -4,7 +4,7 @@ import { useNavigate } from "react-router-dom";
 
 import { apiUrl, useJson } from "./api";
 import { CorrectionsList, FindingsTable, RunsTable } from "./Checkpoint";
-import { Nothing, Section, StateBadge, WithData } from "./common";
+import { Nothing, ProblemLines, Section, StateBadge, TableHead, WithData } from "./common";
 import { count, utc } from "./format";
 import type { DagRunDetail, RunCheckpoint } from "./types";
 
@@ -12,16 +12,7 @@ function Batches({ checkpoint }: { checkpoint: RunCheckpoint }) {
   if (checkpoint.points.length === 0) return <Nothing>This run executed no batch of it.</Nothing>;
   return (
     <Table.Root size="sm" data-testid="run-batches">
-      <Table.Header>
-        <Table.Row>
-          <Table.ColumnHeader>Batch</Table.ColumnHeader>
-          <Table.ColumnHeader>Watermark</Table.ColumnHeader>
-          <Table.ColumnHeader>Batch time</Table.ColumnHeader>
-          <Table.ColumnHeader textAlign="end">Input rows</Table.ColumnHeader>
-          <Table.ColumnHeader textAlign="end">Late rows</Table.ColumnHeader>
-          <Table.ColumnHeader>Committed</Table.ColumnHeader>
-        </Table.Row>
-      </Table.Header>
+      <TableHead columns={["Batch", "Watermark", "Batch time", "Input rows>", "Late rows>", "Committed"]} />
       <Table.Body>
         {checkpoint.points.map((p) => (
           <Table.Row key={p.batch_id} data-batch-id={p.batch_id}>
@@ -62,11 +53,7 @@ function OneCheckpoint({ checkpoint }: { checkpoint: RunCheckpoint }) {
             {checkpoint.preflight.findings.length ? <FindingsTable findings={checkpoint.preflight.findings} /> : null}
           </Box>
         ) : null}
-        {checkpoint.problems.map((p) => (
-          <Text key={p} fontSize="sm" color="fg.error">
-            {p}
-          </Text>
-        ))}
+        <ProblemLines problems={checkpoint.problems} />
       </Stack>
     </Section>
   );

@@ -4,7 +4,7 @@ import { useSearchParams } from "react-router-dom";
 
 import { apiUrl, useJson } from "./api";
 import { CheckpointView } from "./Checkpoint";
-import { Nothing, StateBadge, WithData } from "./common";
+import { Nothing, StateBadge, TableHead, WithData } from "./common";
 import { count, duration, utc } from "./format";
 import type { Overview, OverviewRow } from "./types";
 
@@ -28,17 +28,7 @@ function stateOf(row: OverviewRow): string | null {
 function OverviewTable({ rows, open }: { rows: OverviewRow[]; open: (address: string) => void }) {
   return (
     <Table.Root size="sm" interactive data-testid="overview-table">
-      <Table.Header>
-        <Table.Row>
-          <Table.ColumnHeader>State</Table.ColumnHeader>
-          <Table.ColumnHeader>Checkpoint</Table.ColumnHeader>
-          <Table.ColumnHeader>Problem</Table.ColumnHeader>
-          <Table.ColumnHeader>Watermark</Table.ColumnHeader>
-          <Table.ColumnHeader>Latest batch</Table.ColumnHeader>
-          <Table.ColumnHeader textAlign="end">State rows</Table.ColumnHeader>
-          <Table.ColumnHeader>DAGs</Table.ColumnHeader>
-        </Table.Row>
-      </Table.Header>
+      <TableHead columns={["State", "Checkpoint", "Problem", "Watermark", "Latest batch", "State rows>", "DAGs"]} />
       <Table.Body>
         {rows.map((row) => {
           const problem = problemOf(row);

@@ -1,5 +1,5 @@
 /** Small pieces every view shares: state badges, loading and error boxes, sections, key-value lists. */
-import { Alert, Badge, Box, Heading, HStack, Spinner, Stack, Text } from "@chakra-ui/react";
+import { Alert, Badge, Box, Heading, HStack, Spinner, Stack, Table, Text } from "@chakra-ui/react";
 import type { ReactNode } from "react";
 
 import type { Loaded } from "./api";
@@ -102,5 +102,33 @@ export function Nothing({ children }: { children: ReactNode }) {
     <Text color="fg.muted" fontSize="sm">
       {children}
     </Text>
+  );
+}
+
+/** A table's header row: each column a label; a label ending in ">" is right-aligned (a number). */
+export function TableHead({ columns }: { columns: string[] }) {
+  return (
+    <Table.Header>
+      <Table.Row>
+        {columns.map((c) => (
+          <Table.ColumnHeader key={c} textAlign={c.endsWith(">") ? "end" : undefined}>
+            {c.replace(/>$/, "")}
+          </Table.ColumnHeader>
+        ))}
+      </Table.Row>
+    </Table.Header>
+  );
+}
+
+/** Problems reading something, one line each, in the theme's error colour. */
+export function ProblemLines({ problems }: { problems: string[] }) {
+  return (
+    <Stack gap={1}>
+      {problems.map((p) => (
+        <Text key={p} fontSize="sm" color="fg.error">
+          {p}
+        </Text>
+      ))}
+    </Stack>
   );
 }

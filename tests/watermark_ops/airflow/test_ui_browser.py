@@ -194,6 +194,9 @@ def test_zooming_to_a_run_is_in_the_url(pages, server, views_deployment):  # noq
     second = next(r for r in _json(page, f"{server}/watermark-ops/api/checkpoints/{address}")["runs"]
                   if r["run_tag"] == d.alpha_runs[1])
     dots = page.locator("circle.watermark-dot")
+    from playwright.sync_api import expect
+
+    expect(dots).to_have_count(len(second["batch_ids"]))  # the chart redrawn for the run (waits for it)
     assert sorted(int(x) for x in dots.evaluate_all("ds => ds.map(d => d.dataset.batchId)")) == second["batch_ids"]
     assert dots.count() < all_dots
     deep_link = page.url

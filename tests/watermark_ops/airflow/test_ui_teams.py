@@ -15,25 +15,16 @@ guest (no role: with SimpleAuthManager the only user who may not read assets).
 from __future__ import annotations
 
 import json
-import textwrap
 
 import pytest
 
 from tests.watermark_ops import checkpoint_fixtures as cf
 from tests.watermark_ops.airflow.registry_fixtures import clear_registry
+from tests.watermark_ops.airflow.team_fixtures import sync_teams, team_bundles
 
 pytestmark = pytest.mark.timeout(300)
 
 PREFIX = "/watermark-ops"
-DAG_FILE = '''
-import pendulum
-from airflow.sdk import DAG
-
-from watermark_ops.airflow.operators import WatermarkAuditOperator
-
-with DAG("{dag_id}", schedule=None, start_date=pendulum.datetime(2024, 1, 1, tz="UTC")):
-    WatermarkAuditOperator(task_id="audit_orders", checkpoint={checkpoint!r})
-'''
 
 
 @pytest.fixture(scope="module")
@@ -41,26 +32,13 @@ def teams(spark, airflow_db, tmp_path_factory):
     """The deployment above; yields ``{user: logged-in TestClient}`` and the checkpoints' places."""
     from fastapi.testclient import TestClient
 
-    from airflow.dag_processing.bundles.manager import DagBundlesManager
-    from airflow.dag_processing.dagbag import BundleDagBag, sync_bag_to_db
-    from airflow.models.team import Team
-    from airflow.utils.session import create_session
-
     folder = tmp_path_factory.mktemp("teams")
     history = cf.restart_history(spark)
     root = folder / "root"
     root.mkdir()
     for name in ("alpha-orders", "beta-orders", "shared", "unclaimed"):
         cf.copy_checkpoint(history.checkpoint, root / name)
-    bundles = [{"name": "dags-folder", "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
-                "kwargs": {}}]
-    for team in ("alpha", "beta"):
-        dags = folder / f"{team}-dags"
-        dags.mkdir()
-        (dags / f"{team}_orders.py").write_text(textwrap.dedent(DAG_FILE.format(
-            dag_id=f"{team}_orders_audit", checkpoint=str(root / f"{team}-orders"))))
-        bundles.append({"name": f"{team}-dags", "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
-                        "kwargs": {"path": str(dags)}, "team_name": team})
+    bundles = team_bundles(folder, {team: root / f"{team}-orders" for team in ("alpha", "beta")})
     config = folder / "watermark_monitor.json"
     config.write_text(json.dumps({"checkpoints": [
         {"checkpoint": str(root / "beta-orders"), "dag_ids": ["beta_orders_audit"]},
@@ -83,19 +61,7 @@ def teams(spark, airflow_db, tmp_path_factory):
         patch.delenv("AIRFLOW__WATERMARK_OPS__CHECKPOINTS", raising=False)
         # What `airflow teams create` and the DAG processor do: the teams, the bundles tied to them,
         # each bundle's DAGs parsed into the DB.
-        with create_session() as session:
-            for team in ("alpha", "beta"):
-                if Team.get_name_if_exists(team, session=session) is None:
-                    session.add(Team(name=team))
-        manager = DagBundlesManager()
-        manager.sync_bundles_to_db()
-        dags = {}
-        for team in ("alpha", "beta"):
-            bundle = manager.get_bundle(f"{team}-dags")
-            bag = BundleDagBag(dag_folder=bundle.path, bundle_path=bundle.path, bundle_name=bundle.name)
-            assert not bag.import_errors, bag.import_errors
-            sync_bag_to_db(bag, bundle.name, None)
-            dags.update(bag.dags)
+        dags = sync_teams()
         clear_registry()
         run = dags["alpha_orders_audit"].test()  # registers alpha's checkpoint under its DAG id
         assert str(run.state) == "success"

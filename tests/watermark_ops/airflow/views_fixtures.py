@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,16 +22,7 @@ import pytest
 from tests.watermark_ops import checkpoint_fixtures as cf
 from tests.watermark_ops.airflow import ui_fixtures as uf
 from tests.watermark_ops.airflow.registry_fixtures import clear_registry
-
-DAG_FILE = '''
-import pendulum
-from airflow.sdk import DAG
-
-from watermark_ops.airflow.operators import WatermarkAuditOperator
-
-with DAG("{dag_id}", schedule=None, start_date=pendulum.datetime(2013, 1, 1, tz="UTC")):
-    WatermarkAuditOperator(task_id="audit_orders", checkpoint={checkpoint!r})
-'''
+from tests.watermark_ops.airflow.team_fixtures import sync_teams, team_bundles
 
 USERS = {"admin": "admin", "alice": "viewer:alpha", "bob": "user:beta"}
 
@@ -87,15 +77,7 @@ def build(spark, folder: Path) -> Deployment:
             {"checkpoint": str(beta), "name": "beta orders", "dag_ids": ["beta_orders_audit"]},
             {"checkpoint": str(regressed), "name": "regressed"},
         ]}))
-    bundles = [{"name": "dags-folder", "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
-                "kwargs": {}}]
-    for team, checkpoint in (("alpha", alpha.checkpoint), ("beta", beta)):
-        dags = folder / f"{team}-dags"
-        dags.mkdir()
-        (dags / f"{team}_orders.py").write_text(textwrap.dedent(DAG_FILE.format(
-            dag_id=f"{team}_orders_audit", checkpoint=str(checkpoint))))
-        bundles.append({"name": f"{team}-dags", "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
-                        "kwargs": {"path": str(dags)}, "team_name": team})
+    bundles = team_bundles(folder, {"alpha": alpha.checkpoint, "beta": beta}, year=2013)
     passwords = folder / "passwords.json"
     passwords.write_text(json.dumps({user: user for user in USERS}))
     from watermark_ops.examples.browser import auth_environment
@@ -118,24 +100,7 @@ def sync_and_run(deployment: Deployment) -> None:
     then alpha's three DAG runs through ``dag.test()`` (each audits the checkpoint and registers it)."""
     import pendulum
 
-    from airflow.dag_processing.bundles.manager import DagBundlesManager
-    from airflow.dag_processing.dagbag import BundleDagBag, sync_bag_to_db
-    from airflow.models.team import Team
-    from airflow.utils.session import create_session
-
-    with create_session() as session:
-        for team in ("alpha", "beta"):
-            if Team.get_name_if_exists(team, session=session) is None:
-                session.add(Team(name=team))
-    manager = DagBundlesManager()
-    manager.sync_bundles_to_db()
-    dags = {}
-    for team in ("alpha", "beta"):
-        bundle = manager.get_bundle(f"{team}-dags")
-        bag = BundleDagBag(dag_folder=bundle.path, bundle_path=bundle.path, bundle_name=bundle.name)
-        assert not bag.import_errors, bag.import_errors
-        sync_bag_to_db(bag, bundle.name, None)
-        dags.update(bag.dags)
+    dags = sync_teams()
     clear_registry()
     for index, run_id in enumerate(deployment.alpha_runs):
         run = dags["alpha_orders_audit"].test(run_after=pendulum.datetime(2013, 1, 1 + index, tz="UTC"))
