@@ -10,7 +10,7 @@ import type { Overview, OverviewRow } from "./types";
 
 /** What is wrong with a row, in a few words, or null when nothing is. */
 export function problemOf(row: OverviewRow): string | null {
-  if (row.error) return row.error;
+  if (row.error) return row.error.startsWith("not run yet") ? null : row.error;
   if (row.refused_restart) return "restart refused";
   if (row.rules.includes("watermark_regressed")) return "watermark regressed";
   if (row.alarm) return row.state ? row.state.replaceAll("_", " ") : "alarm";
@@ -47,7 +47,7 @@ function OverviewTable({ rows, open }: { rows: OverviewRow[]; open: (address: st
                 )}
               </Table.Cell>
               <Table.Cell color={problem ? "fg.error" : "fg.muted"} maxW="28rem">
-                {problem ?? "none"}
+                {problem ?? (row.error ? row.error : "none")}
               </Table.Cell>
               <Table.Cell whiteSpace="nowrap">{row.watermark_ms ? utc(row.watermark_ms) : "—"}</Table.Cell>
               <Table.Cell whiteSpace="nowrap">{row.latest_batch_ms ? `${duration(Date.now() - row.latest_batch_ms)} ago` : "—"}</Table.Cell>
