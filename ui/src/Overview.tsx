@@ -10,7 +10,7 @@ import type { Overview, OverviewRow } from "./types";
 
 /** What is wrong with a row, in a few words, or null when nothing is. */
 export function problemOf(row: OverviewRow): string | null {
-  if (row.error) return row.error.startsWith("not run yet") ? null : row.error;
+  if (row.error) return row.state_key === "not_run" ? null : row.error;
   if (row.refused_restart) return "restart refused";
   if (row.rules.includes("watermark_regressed")) return "watermark regressed";
   if (row.alarm) return row.state ? row.state.replaceAll("_", " ") : "alarm";
@@ -18,11 +18,6 @@ export function problemOf(row: OverviewRow): string | null {
   if (row.late_rows_uncorrected) return `${count(row.late_rows_uncorrected)} late rows not corrected`;
   if (row.errors || row.warnings) return row.rules.join(", ").replaceAll("_", " ");
   return null;
-}
-
-function stateOf(row: OverviewRow): string | null {
-  if (row.error) return row.error.startsWith("not run yet") ? "not_run" : "error";
-  return row.state;
 }
 
 function OverviewTable({ rows, open }: { rows: OverviewRow[]; open: (address: string) => void }) {
@@ -35,7 +30,7 @@ function OverviewTable({ rows, open }: { rows: OverviewRow[]; open: (address: st
           return (
             <Table.Row key={`${row.name}|${row.location}`} data-checkpoint={row.address ?? ""} data-rank={row.rank}>
               <Table.Cell>
-                <StateBadge state={stateOf(row)} />
+                <StateBadge state={row.state_key} />
               </Table.Cell>
               <Table.Cell>
                 {row.address ? (

@@ -19,6 +19,8 @@ export interface OverviewRow {
   lag_ms: number | null;
   lag_basis: string | null;
   state: string | null;
+  /** The state the row counts under (core.overview.state_key): "not_run", "error", or its state. */
+  state_key: string;
   alarm: boolean;
   reason: string | null;
   audit_status: string | null;

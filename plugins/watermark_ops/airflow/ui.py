@@ -185,16 +185,18 @@ def create_app(roots: Callable[[], CheckpointRoots], known: Callable[[], list[Kn
         # dag_id: that DAG's checkpoints (403 for a DAG the user may not read); state: the rows
         # counted under that state (core.overview.state_key); "states" counts before that filter.
         from watermark_ops.airflow.access import may_read_dag
-        from watermark_ops.core.overview import page_of, state_key
+        from watermark_ops.core.overview import count_states, page_of, state_key
 
         if dag_id is not None and not may_read_dag(user, dag_id):
             return JSONResponse({"detail": f"DAG {dag_id}: not readable by this user"}, 403)
         found, checkpoint_roots, at = rows(request, user)
         if dag_id is not None:
             found = [row for row in found if dag_id in row.get("dag_ids", ())]
-        states = page_of(found, 1, 1)[1]["states"]
+        for row in found:  # what the views count and filter by, named by the server alone
+            row["state_key"] = state_key(row)
+        states = count_states(found)
         if state:
-            found = [row for row in found if state_key(row) == state]
+            found = [row for row in found if row["state_key"] == state]
         shown, paging = page_of(found, page, page_size)
         return JSONResponse({"evaluated_at": at, "roots": checkpoint_roots.roots, **paging, "states": states,
                              "checkpoints": shown})

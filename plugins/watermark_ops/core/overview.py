@@ -32,7 +32,8 @@ from watermark_ops.core.thresholds import Thresholds
 from watermark_ops.core.times import iso_utc, now_ms
 
 __all__ = ["DEFAULT_CHART_LIMIT", "DEFAULT_PAGE_SIZE", "DEFAULT_RUNS_LIMIT", "MAX_PAGE_SIZE", "checkpoint_detail",
-           "empty_row", "overview_row", "page_of", "sort_overview", "with_state_column"]
+           "count_states", "empty_row", "overview_row", "page_of", "sort_overview", "state_key",
+           "with_late_rows", "with_state_column"]
 
 #: The newest batches the chart and the batch table show (older ones are counted, not drawn).
 DEFAULT_CHART_LIMIT = 500
@@ -228,8 +229,7 @@ def page_of(rows: Sequence[dict[str, Any]], page: int = 1,
     :param page: 1-based; past the last page, the last page.
     :param page_size: rows per page (at least 1).
     :return: ``(the page's rows, {"total": rows, "page": the page shown, "page_size", "pages",
-        "problems": rows ranked unreadable, violated or alarming, "warnings": rows ranked warning,
-        "states": {state: rows} over every row (:func:`state_key`)})``.
+        "problems": rows ranked unreadable, violated or alarming, "warnings": rows ranked warning})``.
     """
     size = max(1, int(page_size))
     pages = max(1, -(-len(rows) // size))
@@ -238,11 +238,11 @@ def page_of(rows: Sequence[dict[str, Any]], page: int = 1,
         "total": len(rows), "page": shown, "page_size": size, "pages": pages,
         "problems": sum(1 for r in rows if r.get("rank", _RANK_OK) <= _RANK_ALARM),
         "warnings": sum(1 for r in rows if r.get("rank") == _RANK_WARNING),
-        "states": _count_states(rows),
     }
 
 
-def _count_states(rows: Sequence[dict[str, Any]]) -> dict[str, int]:
+def count_states(rows: Iterable[dict[str, Any]]) -> dict[str, int]:
+    """``{state: rows}``: how many rows count under each :func:`state_key` (the dashboard's counts)."""
     counts: dict[str, int] = {}
     for row in rows:
         key = state_key(row)

@@ -79,6 +79,7 @@ def test_the_overview_counts_states_and_filters_by_one(client):
     for row in whole["checkpoints"]:
         counted[state_key(row)] = counted.get(state_key(row), 0) + 1
     assert whole["states"] == counted and sum(counted.values()) == whole["total"]
+    assert [row["state_key"] for row in whole["checkpoints"]] == [state_key(row) for row in whole["checkpoints"]]
     assert {"error", "not_run", "idle"} <= set(counted)
     for state, n in counted.items():
         only = client.get("/watermark-ops/api/checkpoints", params={"state": state}).json()

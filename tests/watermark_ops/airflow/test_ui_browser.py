@@ -98,6 +98,14 @@ def _follows_the_ui(page, selector: str, mode: str) -> None:
         "getComputedStyle(document.body).fontFamily")
 
 
+def _open_checkpoint(page, base: str, deployment, ready: str = "watermark-chart") -> str:
+    """Open alpha's checkpoint view by its address (a deep link) and wait for ``ready``; its address."""
+    address = deployment.address(deployment.alpha.checkpoint)
+    page.goto(f"{base}/plugin/watermarks?checkpoint={quote(address, safe='')}")
+    page.get_by_test_id(ready).wait_for()
+    return address
+
+
 def _json(page, path: str) -> dict:
     reply = page.request.get(path)
     assert reply.ok, reply.text()
@@ -158,9 +166,7 @@ def test_a_checkpoint_view_and_the_back_button(pages, server, views_deployment, 
 def test_hovering_a_batch_shows_its_values(pages, server, views_deployment):  # noqa: F811
     page = pages["light"]
     d = views_deployment
-    address = d.address(d.alpha.checkpoint)
-    page.goto(f"{server}/plugin/watermarks?checkpoint={quote(address, safe='')}")
-    page.get_by_test_id("watermark-chart").wait_for()
+    address = _open_checkpoint(page, server, d)
     points = {p["batch_id"]: p for p in _json(page, f"{server}/watermark-ops/api/checkpoints/{address}")["chart"]["points"]}
     records = {r["batch_id"]: r for r in d.progress if r.get("executed", True)}
     batch_id = max(b for b in points if points[b]["watermark_ms"] and records.get(b, {}).get("input_rows"))
@@ -185,9 +191,7 @@ def test_hovering_a_batch_shows_its_values(pages, server, views_deployment):  # 
 def test_zooming_to_a_run_is_in_the_url(pages, server, views_deployment):  # noqa: F811
     page = pages["light"]
     d = views_deployment
-    address = d.address(d.alpha.checkpoint)
-    page.goto(f"{server}/plugin/watermarks?checkpoint={quote(address, safe='')}")
-    page.get_by_test_id("run-picker").wait_for()
+    address = _open_checkpoint(page, server, d, ready="run-picker")
     all_dots = page.locator("circle.watermark-dot").count()
     page.get_by_test_id("run-picker").select_option("2")
     page.wait_for_url("**run=2**")
@@ -288,13 +292,11 @@ def test_a_deployment_theme_colours_the_views(browser, views_deployment, tmp_pat
     brand = {str(k): {"value": f"oklch({0.97 - i * 0.07:.3f} 0.2 145)"}
              for i, k in enumerate((50, 100, 200, 300, 400, 500, 600, 700, 800, 900, 950))}
     env = {**views_deployment.env, "AIRFLOW__API__THEME": json.dumps({"tokens": {"colors": {"brand": brand}}})}
-    address = views_deployment.address(views_deployment.alpha.checkpoint)
     with api_server(env, tmp_path / "api-server.log") as base:
         for mode in MODES:
             page = _page(browser, base, mode=mode)
             try:
-                page.goto(f"{base}/plugin/watermarks?checkpoint={quote(address, safe='')}")
-                page.get_by_test_id("watermark-chart").wait_for()
+                _open_checkpoint(page, base, views_deployment)
                 line = page.locator(".recharts-line-curve").last  # the watermark, drawn last
                 stroke = line.evaluate("e => getComputedStyle(e).stroke")
                 assert stroke == _token_color(page, "brand-solid")
