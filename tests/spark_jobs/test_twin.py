@@ -269,3 +269,57 @@ def test_over_spark_connect_the_twin_gives_the_same_late_rows(connect_server, tm
     truth = pandas_windows(runs)
     assert corrections and all(c["corrected"]["readings"] == truth.loc[(c["window_start_ms"], c["keys"]["city"])]["count"]
                                for c in corrections)
+
+
+def test_the_driver_reads_what_the_sink_holds_as_sparks_own_read_of_it_does(spark, classic):
+    from pyspark.sql import functions as F
+
+    from watermark_ops.spark.corrections import emitted_here
+    from watermark_ops.spark.twin import TwinQuery
+
+    tmp = classic[0]
+    result = spark.read.parquet(str(tmp / "out"))  # Spark's own batch read of the sink (through its log)
+    everything = (0, 2**62)
+    here = emitted_here(TwinQuery(result, format="parquet", path=str(tmp / "out")), WINDOW_MS, *everything)
+    rows = [json.loads(r["_wo_event"]) for r in here]
+    by_spark = {(r["start"], r["city"]): r for r in result.select(
+        F.unix_millis("window.start").alias("start"), F.unix_millis("window.end").alias("end"), "city", "readings",
+        "mean_temp_f", "min_temp_f", "max_temp_f").toPandas().to_dict("records")}
+    assert rows and len(rows) == len(by_spark)  # every window the job emitted, read with no Spark job
+    for row in rows:
+        truth = by_spark[(row["_wo_window_start_ms"], row["city"])]
+        assert row["_wo_window_end_ms"] == truth["end"] and row["readings"] == truth["readings"]
+        assert all(row[c] == truth[c] for c in ("mean_temp_f", "min_temp_f", "max_temp_f"))
+    # a window range: only the windows starting in it
+    first = min(r["_wo_window_start_ms"] for r in rows)
+    assert {r["_wo_event_us"] for r in emitted_here(TwinQuery(result, format="parquet", path=str(tmp / "out")),
+                                                    WINDOW_MS, first, first + 1)} == {first}
+    # Spark reads it instead: a partitioned sink (its keys live in folder names), a key that is not
+    # text, a sink of another format
+    result.write.partitionBy("city").parquet(str(tmp / "partitioned"))
+    partitioned = spark.read.parquet(str(tmp / "partitioned")).select(*result.columns)
+    assert emitted_here(TwinQuery(partitioned, format="parquet", path=str(tmp / "partitioned")), WINDOW_MS,
+                        *everything) is None
+    dated = result.withColumn("city", F.to_date(F.lit("2010-01-01")))
+    assert emitted_here(TwinQuery(dated, format="parquet", path=str(tmp / "out")), WINDOW_MS, *everything) is None
+    assert emitted_here(TwinQuery(result, format="json", path=str(tmp / "out")), WINDOW_MS, *everything) is None
+
+
+def test_a_landed_file_changed_or_gone_since_the_stream_read_it_is_named(classic, tmp_path):
+    from dataclasses import replace
+
+    from watermark_ops.core.ledger.plan import plan_batches
+    from watermark_ops.spark.twin_ledger import changed_files
+
+    tmp = classic[0]
+    replays, _ = read_replay_log(str(tmp / "ck" / "windows"))
+    _, plans, problems = plan_batches(str(tmp / "ck" / "windows"), sorted(replays))
+    assert problems == [] and sum(len(p.listed_ms) for p in plans) == len({u for p in plans for _, u in p.files})
+    assert changed_files(plans) == {}  # Spark's listing times are the files' own: nothing changed
+    kept = tmp_path / "kept.json"
+    kept.write_text("{}\n")
+    listed = int(kept.stat().st_mtime_ns // 1_000_000)
+    plan = replace(plans[0], listed_ms={kept.as_uri(): listed - 1000, (tmp_path / "gone.json").as_uri(): listed})
+    changed = changed_files([plan])
+    assert "modified since the stream listed it" in changed[kept.as_uri()]
+    assert "gone" in changed[(tmp_path / "gone.json").as_uri()]

@@ -42,6 +42,19 @@ _FILE_SINKS = ("parquet", "json", "csv", "orc")
 _NUMERIC = ("ByteType", "ShortType", "IntegerType", "LongType", "FloatType", "DoubleType", "DecimalType")
 
 
+def _window_field(schema: Any, window_ms: int | None) -> tuple[str, bool] | None:
+    """``(name, is a struct<start, end>)`` of a result's window column (module docstring), None when none."""
+    for field in schema.fields:
+        kind = type(field.dataType).__name__
+        if kind == "StructType" and {f.name for f in field.dataType.fields} >= {"start", "end"}:
+            return field.name, True
+    if window_ms:
+        for field in schema.fields:
+            if type(field.dataType).__name__ in ("TimestampType", "TimestampNTZType"):
+                return field.name, False
+    return None
+
+
 def result_shape(schema: Any, window_ms: int | None) -> tuple[Any, Any, list[str], list[str]]:
     """``(window start column, window end column, key columns, value columns)`` of a query's result.
 
@@ -49,25 +62,17 @@ def result_shape(schema: Any, window_ms: int | None) -> tuple[Any, Any, list[str
     """
     from pyspark.sql import functions as F
 
-    start = end = None
-    window_name = None
-    for field in schema.fields:
-        kind = type(field.dataType).__name__
-        if kind == "StructType" and {f.name for f in field.dataType.fields} >= {"start", "end"}:
-            window_name = field.name
-            start, end = F.col(f"`{field.name}`.start"), F.col(f"`{field.name}`.end")
-            break
-    if window_name is None:
-        for field in schema.fields:
-            if type(field.dataType).__name__ in ("TimestampType", "TimestampNTZType") and window_ms:
-                window_name = field.name
-                start = F.col(f"`{field.name}`")
-                end = start + F.expr(f"INTERVAL {window_ms // 1000} SECONDS")
-                break
-    if window_name is None:
+    window = _window_field(schema, window_ms)
+    if window is None:
         raise CannotTwin("the query's result has no window column (a struct of start and end, or a timestamp): "
                          "its windows cannot be corrected")
-    keys = [f.name for f in schema.fields if f.name != window_name and type(f.dataType).__name__ not in _NUMERIC]
+    name, is_struct = window
+    if is_struct:
+        start, end = F.col(f"`{name}`.start"), F.col(f"`{name}`.end")
+    else:
+        start = F.col(f"`{name}`")
+        end = start + F.expr(f"INTERVAL {window_ms // 1000} SECONDS")
+    keys = [f.name for f in schema.fields if f.name != name and type(f.dataType).__name__ not in _NUMERIC]
     values = [f.name for f in schema.fields if type(f.dataType).__name__ in _NUMERIC]
     return start, end, keys, values
 
@@ -90,11 +95,13 @@ def window_range(plans: list[Any], allowed_ms: int, window_ms: int) -> tuple[int
     return (min(p.late_watermark_ms for p in plans) - allowed_ms - window_ms, max(p.late_watermark_ms for p in plans))
 
 
-def window_parts(spark: Any, query: Any, window_ms: int | None, lo: int, hi: int) -> tuple[list[Any], tuple]:
+def window_parts(spark: Any, query: Any, window_ms: int | None, lo: int,
+                 hi: int) -> tuple[list[Any], tuple, list[dict[str, Any]]]:
     """The frames that bring back, in the run's one Spark job, the query's result computed again
     (tag ``c``) and what its sink holds (tag ``m``) for the windows starting in ``[lo, hi)``: rows of
     the twin ledger's shape (``_wo_kind``, ``_wo_event_us`` = window start ms, ``_wo_event`` = the
-    window, keys and values as JSON); and the result's shape (:func:`result_shape`).
+    window, keys and values as JSON); the result's shape (:func:`result_shape`); and the ``m`` rows
+    when the driver read them itself (:func:`emitted_here`: then no frame of tag ``m``), else ``[]``.
 
     :raises CannotTwin: the result has no window.
     """
@@ -111,15 +118,90 @@ def window_parts(spark: Any, query: Any, window_ms: int | None, lo: int, hi: int
                                                  *[F.col(f"`{c}`") for c in keys + values])).alias(_ROW),
             F.lit(None).cast("long").alias(_ROWS))
 
-    parts = [part(query.frame, "c")]
-    if query.format in _FILE_SINKS and query.path:
+    parts: list[Any] = [part(query.frame, "c")]
+    here = emitted_here(query, window_ms, lo, hi)
+    if here is None and query.format in _FILE_SINKS and query.path:
         try:
             sink = spark.read.schema(query.frame.schema).format(query.format).load(query.path)
             sink.columns  # noqa: B018 - a sink not yet written fails here
             parts.append(part(sink, "m"))
         except Exception as exc:  # noqa: BLE001 - an unreadable sink: what it held is unknown
             log.warning("the sink %s could not be read for the emitted values: %s", query.path, exc)
-    return parts, shape
+    return parts, shape, here or []
+
+
+def emitted_here(query: Any, window_ms: int | None, lo: int, hi: int) -> list[dict[str, Any]] | None:
+    """What a Parquet file sink holds for the windows starting in ``[lo, hi)`` (epoch ms UTC), read
+    by the driver: the files the sink's own log names (:mod:`watermark_ops.core.sink_log`, as
+    Spark's batch read of a sink does) through pyarrow, no Spark job. Rows of :func:`window_parts`'s
+    ``m`` tag (dicts).
+
+    :return: None where Spark reads it instead: another format, a partitioned sink (its keys live in
+        folder names), a key that is not a string or boolean, a decimal value, a sink log with a
+        problem (Spark's read then reports it), or no pyarrow.
+    """
+    import json
+
+    schema = query.frame.schema
+    window = _window_field(schema, window_ms)
+    if query.format != "parquet" or not query.path or window is None:
+        return None
+    name, is_struct = window
+    kinds = {f.name: type(f.dataType).__name__ for f in schema.fields}
+    keys = [c for c, k in kinds.items() if c != name and k not in _NUMERIC]
+    values = [c for c, k in kinds.items() if k in _NUMERIC]
+    if any(kinds[k] not in ("StringType", "BooleanType") for k in keys) or "DecimalType" in kinds.values():
+        return None
+    try:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.dataset as ds
+    except ImportError:
+        return None
+    from watermark_ops.core.sink_log import read_sink_log
+    from watermark_ops.core.storage import open_storage
+
+    storage, folder = open_storage(query.path)
+    listed = read_sink_log(storage, folder)
+    if listed.problems:
+        return None
+    fs, paths = _arrow_files(listed.files)
+    if any("=" in p.rsplit("/", 2)[-2] for p in paths):  # a partition folder: Spark knows its column's type
+        return None
+    if not paths:
+        return []
+    start = pc.field(name, "start") if is_struct else pc.field(name)
+    stamp = pa.timestamp("ms", tz="UTC")
+    low, high = pa.scalar(lo, stamp), pa.scalar(hi, stamp)
+    table = ds.dataset(paths, format="parquet", filesystem=fs).to_table(
+        columns=[name] + keys + values, filter=(start.cast(stamp) >= low) & (start.cast(stamp) < high))
+
+    def epoch_ms(column: Any) -> list[int]:  # INT96 (ns) or TIMESTAMP_MICROS as Spark writes them: UTC
+        return pc.cast(pc.cast(column, stamp, safe=False), pa.int64()).to_pylist()
+
+    window_column = table.column(name)
+    if is_struct:
+        starts = epoch_ms(pc.struct_field(window_column, [window_column.type.get_field_index("start")]))
+        ends = epoch_ms(pc.struct_field(window_column, [window_column.type.get_field_index("end")]))
+    else:
+        starts = epoch_ms(window_column)
+        ends = [s + int(window_ms or 0) for s in starts]
+    rest = table.select(keys + values).to_pylist()
+    return [{_KIND: "m", _FILE: None, _REASON: None, _START: begin, _ROWS: None,
+             _ROW: json.dumps({_WS: begin, _WE: end, **row})} for begin, end, row in zip(starts, ends, rest)]
+
+
+def _arrow_files(uris: tuple[str, ...]) -> tuple[Any, list[str]]:
+    """``(filesystem for pyarrow or None, paths)`` of a file sink's file URIs: local paths for
+    ``file:`` URIs, else fsspec's filesystem of the first one (``s3a://`` read as ``s3://``)."""
+    from urllib.parse import unquote, urlsplit
+
+    if all(u.startswith("file:") or u.startswith("/") for u in uris):
+        return None, [unquote(urlsplit(u).path) if u.startswith("file:") else u for u in uris]
+    import fsspec
+
+    located = [fsspec.core.url_to_fs(u.replace("s3a://", "s3://", 1)) for u in uris]
+    return located[0][0], [path for _, path in located]
 
 
 def _by_window(rows: list[Any], keys: list[str], values: list[str], tag: str) -> dict[tuple, dict[str, Any]]:

@@ -474,7 +474,7 @@ def _twin(args: argparse.Namespace, attachment, script: str, script_args: list[s
         return files if main_path is None or same_location(location, main_path) else []
 
     column, _ = _watermark(args, attachment)
-    extra, shape, main = [], None, None
+    extra, shape, main, emitted = [], None, None, []
     try:
         if column is None:
             raise CannotTwin("the job called no withWatermark during the run")
@@ -486,12 +486,13 @@ def _twin(args: argparse.Namespace, attachment, script: str, script_args: list[s
         parts = []
         if span is not None:
             try:
-                parts, shape = window_parts(attachment.spark, main, window_ms, *span)
+                parts, shape, emitted = window_parts(attachment.spark, main, window_ms, *span)
             except CannotTwin as exc:
                 log.warning("no corrections for this run: %s", exc)
         made, extra = twin_records(attachment.spark, plans, twin, main, column, args.reason_column, query_id=query_id,
                                    run_tag=args.run_tag, source=sources[0] if len(sources) == 1 else None,
                                    extra_parts=parts)
+        extra += emitted  # what the sink holds, when the driver read it itself
     except CannotTwin as exc:
         log.warning("late rows unknown for batches %s: the job cannot be twinned: %s", batch_ids, exc)
         from watermark_ops.core.ledger.plan import tally

@@ -5,8 +5,9 @@ batch over all the files of the run. Each of its rows keeps its file (``_metadat
 the checkpoint's file source log says which batch read which file
 (:func:`watermark_ops.core.ledger.plan.plan_batches`), so one Spark job tags every row with its batch
 id and that batch's late watermark (a literal map from the file) and brings back the event time of
-every row entering the watermark, and the content of the late ones, together with the raw rows per
-file and the reject queries' rows per file and reason (one union, one action). The batch's own rule and
+every row entering the watermark, and the content of the late ones, together with the windows to
+correct (one union, one action; the reject queries' rows in a second job when some rows did not enter
+the watermark, below). The batch's own rule and
 watermark then judge each row in Python (:func:`watermark_ops.core.ledger.plan.tally`, the rule of
 the Python replay and of the per-batch Spark replay), and one record per batch is appended to the
 replay log (:mod:`watermark_ops.core.ledger.replayed`: the faces read it as they read the
@@ -14,11 +15,16 @@ pre-watermark replay's).
 
 The rows the job sets aside: its other queries over the same files that carry a reason column (the
 declared ``reason_column``, else one named ``reason``, ``reject_reason``, ``rejection_reason``,
-``quarantine_reason`` or ``error``) are its reject queries: their rows are counted per batch and
-reason, with one example each (its file and the row as the job keeps it). Rows that neither enter
-the watermark nor reach a reject query are ``filtered_by_job``. Each batch's rows read are checked
-against Spark's own ``numInputRows``; a disagreement is a problem of the record (the ledger then
-calls the batch not replayed), never a silent number.
+``quarantine_reason`` or ``error``) are its reject queries: their rows come back one by one (no
+aggregation, so no shuffle: a job sets few rows aside) and are counted per batch and reason in
+Python, with one example each (its file and the row as the job keeps it); they are asked in a second
+Spark job, and only when a batch's rows entering the watermark are fewer than the rows it read. A batch's rows read are
+Spark's own ``numInputRows`` for it; the rows that neither enter the watermark nor reach a reject
+query are ``filtered_by_job``. The twin reads the very files the checkpoint's source log names;
+one that changed or went away since the stream listed it (its modification time against the log's
+``timestamp``) is a problem of the record, and so are more rows made than read (the ledger then
+calls the batch not replayed), never a silent number. Only a batch without a progress record has
+its raw rows counted by the twin (one aggregation per file).
 
 A row's line in its file cannot travel through the job's own projections (they drop every column
 the twin could add; only the hidden file column survives them). For the rows shown (late rows and
@@ -207,9 +213,14 @@ def twin_records(spark: Any, plans: list[BatchPlan], twin: Twin, main: TwinQuery
     parts = [joined.select(F.lit("e").alias(_KIND), F.col(_KEY), reason.alias(_REASON), event_us.alias(_EVENT_US),
                            F.when(wanted, F.to_json(F.struct(*[F.col(f"`{c}`") for c in shown]))).alias(_EVENT),
                            F.lit(1).cast("long").alias(_ROWS))]
-    parts += _counted(twin, main, reason_column, table) + list(extra_parts or [])
-    collected = functools.reduce(lambda a, b: a.unionByName(b), parts).collect()  # one Spark job for the run
+    parts += list(extra_parts or [])
+    unknown_read = any(plan.spark_rows()["spark_input_rows"] is None for plan in plans)
+    if unknown_read:
+        parts += _raw_counts(twin, table) + _set_aside(twin, main, reason_column, table)
+    collected = _collect(parts)  # one Spark job for the run
     rows = [r for r in collected if r[_KIND] == "e"]
+    if not unknown_read and _fewer_than_read(plans, keyed, rows):  # who set the other rows aside: a second job
+        collected += _collect(_set_aside(twin, main, reason_column, table))
     read: dict[str, int] = {}
     rejects: dict[tuple[str, str], tuple[int, str]] = {}
     for row in collected:
@@ -220,21 +231,53 @@ def twin_records(spark: Any, plans: list[BatchPlan], twin: Twin, main: TwinQuery
             rejects[(row[_KEY], row[_REASON])] = (row[_ROWS] + (before[0] if before else 0),
                                                   before[1] if before else row[_EVENT])
     extra = [r for r in collected if r[_KIND] not in ("e", "r", "j")]
-    return [_record(plan, keyed, rows, read, rejects, query_id, run_tag, source) for plan in plans], extra
+    changed = changed_files(plans)
+    return [_record(plan, keyed, rows, read, rejects, query_id, run_tag, source, changed) for plan in plans], extra
 
 
-def _counted(twin: Twin, main: TwinQuery, reason_column: str | None, table: list[str]) -> list[Any]:
-    """One frame: the raw rows per file key of the twin's sources (kind ``r``) and the rows per file
-    key and reason of the job's reject queries with one row each as JSON (kind ``j``), counted in one
-    aggregation (one shuffle for both)."""
+#: Session settings while the twin's union is collected (restored after): the union has at most one
+#: shuffle (the windows to correct, partial aggregates only), too little for adaptive execution to
+#: adapt; with it on, Spark runs the shuffle's map stage as a job of its own, then optimises and
+#: plans again for the rest (0.2-0.4 s of a driver that lives one run). Off, both stages are planned
+#: once and the other parts' scans run beside the map stage; the shuffle keeps a few partitions.
+BATCH_SETTINGS = {"spark.sql.adaptive.enabled": "false"}
+MAX_SHUFFLE_PARTITIONS = 8
+
+
+def _collect(parts: list[Any]) -> list[Any]:
+    """The rows of the frames' union, in one Spark job (none for no frame), under :data:`BATCH_SETTINGS`."""
+    if not parts:
+        return []
+    conf = parts[0].sparkSession.conf
+    settings = dict(BATCH_SETTINGS)
+    partitions = conf.get("spark.sql.shuffle.partitions")
+    if partitions and partitions.isdigit() and int(partitions) > MAX_SHUFFLE_PARTITIONS:
+        settings["spark.sql.shuffle.partitions"] = str(MAX_SHUFFLE_PARTITIONS)
+    before = {key: conf.get(key) for key in settings}
+    for key, value in settings.items():
+        conf.set(key, value)
+    try:
+        return functools.reduce(lambda a, b: a.unionByName(b), parts).collect()
+    finally:
+        for key, value in before.items():
+            conf.set(key, value)
+
+
+def _fewer_than_read(plans: list[BatchPlan], keyed: dict[str, tuple[BatchPlan, int, str]], rows: list[Any]) -> bool:
+    """True when a batch's rows entering the watermark are fewer than the rows the stream read
+    (``numInputRows``): only then can a reject query hold rows of the run."""
+    made: dict[int, int] = {}
+    for row in rows:
+        batch = keyed[row[_KEY]][0].batch_id
+        made[batch] = made.get(batch, 0) + 1
+    return any(made.get(plan.batch_id, 0) < (plan.spark_rows()["spark_input_rows"] or 0) for plan in plans)
+
+
+def _set_aside(twin: Twin, main: TwinQuery, reason_column: str | None, table: list[str]) -> list[Any]:
+    """The rows of the job's reject queries, one by one (kind ``j``): file key, reason, the row as JSON."""
     from pyspark.sql import functions as F
 
-    none = F.lit(None).cast("string")
-    inputs = []
-    for source in twin.sources:
-        frame = _with_key(source.frame, "the raw rows")
-        inputs.append(frame.where(F.col(_KEY).isin(table)).select(
-            F.lit("r").alias(_KIND), F.col(_KEY), none.alias(_REASON), none.alias(_EVENT)))
+    parts = []
     for query, column in _reject_queries(twin, main, reason_column):
         try:
             frame = _with_key(query.frame, f"the rows of the job's query {query.name or query.path}")
@@ -242,15 +285,81 @@ def _counted(twin: Twin, main: TwinQuery, reason_column: str | None, table: list
             log.warning("%s: its rows are not counted as set aside", exc)
             continue
         shown = [c for c in query.frame.columns if c != _KEY]
-        inputs.append(frame.where(F.col(_KEY).isin(table)).select(
+        parts.append(frame.where(F.col(_KEY).isin(table)).select(
             F.lit("j").alias(_KIND), F.col(_KEY),
             F.coalesce(F.col(f"`{column}`").cast("string"), F.lit(query.name or "rejected")).alias(_REASON),
-            F.to_json(F.struct(*[F.col(f"`{c}`") for c in shown])).alias(_EVENT)))
+            F.lit(None).cast("long").alias(_EVENT_US),
+            F.to_json(F.struct(*[F.col(f"`{c}`") for c in shown])).alias(_EVENT),
+            F.lit(1).cast("long").alias(_ROWS)))
+    return parts
+
+
+def _raw_counts(twin: Twin, table: list[str]) -> list[Any]:
+    """The raw rows per file key of the twin's sources (kind ``r``), for batches without a progress
+    record (no ``numInputRows``)."""
+    from pyspark.sql import functions as F
+
+    none = F.lit(None).cast("string")
+    inputs = [_with_key(source.frame, "the raw rows").where(F.col(_KEY).isin(table)).select(F.col(_KEY))
+              for source in twin.sources]
     if not inputs:
         return []
-    return [functools.reduce(lambda a, b: a.unionByName(b), inputs)
-            .groupBy(_KIND, _KEY, _REASON).agg(F.first(_EVENT).alias(_EVENT), F.count(F.lit(1)).alias(_ROWS))
-            .select(_KIND, _KEY, _REASON, F.lit(None).cast("long").alias(_EVENT_US), _EVENT, _ROWS)]
+    return [functools.reduce(lambda a, b: a.unionByName(b), inputs).groupBy(_KEY).agg(F.count(F.lit(1)).alias(_ROWS))
+            .select(F.lit("r").alias(_KIND), _KEY, none.alias(_REASON), F.lit(None).cast("long").alias(_EVENT_US),
+                    none.alias(_EVENT), _ROWS)]
+
+
+def changed_files(plans: list[BatchPlan]) -> dict[str, str]:
+    """``{file URI: what changed}`` for the plans' files that went away or whose modification time
+    is no longer the one the file source listed (``listed_ms``): the twin would not read what the
+    stream read. A remote file whose store gives no modification time is not judged."""
+    import os
+    from urllib.parse import unquote, urlsplit
+
+    found: dict[str, str] = {}
+    remote: list[tuple[str, int]] = []
+    for plan in plans:
+        for uri, listed in plan.listed_ms.items():
+            parts = urlsplit(uri)
+            if parts.scheme not in ("", "file"):
+                remote.append((uri, listed))
+                continue
+            try:
+                now = os.stat(unquote(parts.path)).st_mtime_ns // 1_000_000
+            except OSError:
+                found[uri] = "the file is gone since the stream read it"
+                continue
+            if now != listed:
+                found[uri] = _modified(now, listed)
+    if remote:
+        found.update(_changed_remote(remote))
+    return found
+
+
+def _modified(now: int, listed: int) -> str:
+    return f"the file was modified since the stream listed it (modification time {now}, listed {listed})"
+
+
+def _changed_remote(files: list[tuple[str, int]]) -> dict[str, str]:
+    """:func:`changed_files` for object-store URIs (fsspec ``info``: ``LastModified``, ``mtime``)."""
+    import fsspec
+
+    found = {}
+    for uri, listed in files:
+        try:
+            fs, path = fsspec.core.url_to_fs(uri.replace("s3a://", "s3://", 1))
+            info = fs.info(path)
+        except FileNotFoundError:
+            found[uri] = "the file is gone since the stream read it"
+            continue
+        except Exception:  # noqa: BLE001 - a store this driver cannot reach: not judged
+            continue
+        stamp = info.get("LastModified") or info.get("mtime")
+        now = int(stamp.timestamp() * 1000) if hasattr(stamp, "timestamp") else (
+            int(float(stamp) * 1000) if isinstance(stamp, (int, float)) else None)
+        if now is not None and now != listed:
+            found[uri] = _modified(now, listed)
+    return found
 
 
 def _located(made: list[ReplayRow], source: Any) -> list[ReplayRow]:
@@ -273,9 +382,10 @@ def _located(made: list[ReplayRow], source: Any) -> list[ReplayRow]:
 
 def _record(plan: BatchPlan, keyed: dict[str, tuple[BatchPlan, int, str]], rows: list[Any], read: dict[str, int],
             rejects: dict[tuple[str, str], tuple[int, str]], query_id: str | None, run_tag: str | None,
-            source: Any = None) -> dict[str, Any]:
+            source: Any = None, changed: dict[str, str] | None = None) -> dict[str, Any]:
     """One batch's replay record from the run's collected rows (``source``: the stream's reader
-    settings, :class:`watermark_ops.spark.attach.Source`, for the lines of the rows shown)."""
+    settings, :class:`watermark_ops.spark.attach.Source`, for the lines of the rows shown;
+    ``changed``: :func:`changed_files`)."""
     mine = {k: v for k, v in keyed.items() if v[0] is plan}
     order = {k: v[1] for k, v in mine.items()}
     made: list[ReplayRow] = []
@@ -304,17 +414,17 @@ def _record(plan: BatchPlan, keyed: dict[str, tuple[BatchPlan, int, str]], rows:
             made.append(ReplayRow(mine[key][2], None, reason, None, json.loads(example) if example else None))
         counted[reason] = counted.get(reason, 0) + count
     made = _located(made, source)
-    rows_read = sum(read.get(k, 0) for k in mine)
+    problems += [f"{uri}: {what}: the twin cannot read what the stream read" for uri, what in (changed or {}).items()
+                 if uri in plan.listed_ms]
+    spark_rows = plan.spark_rows()["spark_input_rows"]
+    rows_read = spark_rows if spark_rows is not None else sum(read.get(k, 0) for k in mine)
     accounted = len(entering_us) + sum(counted.values())
     if accounted < rows_read:
         counted[FILTERED_BY_JOB] = rows_read - accounted
     elif accounted > rows_read:
         problems.append(f"the job's twin made {accounted} rows (entering the watermark or set aside) of {rows_read} "
-                        "rows read: expected each row once (a reject query that overlaps the watermarked rows?)")
-    spark_rows = plan.spark_rows()["spark_input_rows"]
-    if spark_rows is not None and spark_rows != rows_read:
-        problems.append(f"the twin read {rows_read} rows from the batch's {len(mine)} files, the stream read "
-                        f"{spark_rows} (numInputRows): expected the same reader settings")
+                        f"rows the stream read (numInputRows) from the batch's {len(mine)} files: expected each row "
+                        "once (a reject query that overlaps the watermarked rows, or other reader settings?)")
     batch = tally(plan, made, "spark", rows_read=rows_read, set_aside=counted)
     record = replay_record(batch, query_id, run_tag, [us // 1000 for us in entering_us], problems)
     record["method"] = "twin"

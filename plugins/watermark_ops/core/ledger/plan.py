@@ -50,6 +50,8 @@ class BatchPlan:
     :ivar late_watermark_ms: the watermark late rows were filtered with (epoch ms UTC).
     :ivar late_watermark: which one, and why (:class:`LateWatermarkRule`).
     :ivar record: the batch's progress record (None without one).
+    :ivar listed_ms: ``{file URI: its modification time when the file source listed it}`` (epoch ms
+        UTC, the source log's ``timestamp``).
     """
 
     batch_id: int
@@ -62,6 +64,7 @@ class BatchPlan:
     late_watermark_ms: int | None = None
     late_watermark: LateWatermarkRule | None = None
     record: dict[str, Any] | None = None
+    listed_ms: dict[str, int] = field(default_factory=dict)
 
     def spark_rows(self) -> dict[str, int | None]:
         """The progress record's ``input_rows`` and ``rows_dropped_by_watermark`` (late partial
@@ -152,6 +155,7 @@ def plan_batch(state: Checkpoint, storage: Any, root: str, batch_id: int, record
     plan = replace(plan, rule=rule, late_watermark_ms=late_ms, late_watermark=which)
     ok = True
     read: list[tuple[int, str]] = []
+    listed: dict[str, int] = {}
     ranges: dict[str, list[int]] = {}
     for index, (source_id, end_offset) in enumerate(zip(offsets.source_ids, offsets.sources)):
         if end_offset is None:  # "-": the source has no offset yet
@@ -186,9 +190,11 @@ def plan_batch(state: Checkpoint, storage: Any, root: str, batch_id: int, record
             ok = False
             continue
         for k in range(start + 1, end + 1):
-            read.extend((index, f.path) for f in log.files[k]
-                        if not f.path.rstrip("/").rsplit("/", 1)[-1].startswith(TICK_PREFIX))
-    return replace(plan, ok=ok, files=tuple(read), log_offsets=ranges)
+            for f in log.files[k]:
+                if not f.path.rstrip("/").rsplit("/", 1)[-1].startswith(TICK_PREFIX):
+                    read.append((index, f.path))
+                    listed[f.path] = f.timestamp_ms
+    return replace(plan, ok=ok, files=tuple(read), log_offsets=ranges, listed_ms=listed)
 
 
 def plan_batches(checkpoint: str, batch_ids: Iterable[int], *, filesystem: Any = None,

@@ -50,35 +50,23 @@ def day_asset_uri(output: str) -> str:
 
 
 def _sink_files(output: str) -> list[str]:
-    """The Parquet files Spark's file sink committed (``_spark_metadata``), as local paths.
+    """The Parquet files Spark's file sink committed (``_spark_metadata``,
+    :func:`watermark_ops.core.sink_log.read_sink_log`), as local paths.
 
     An empty list when the sink has no ``_spark_metadata`` yet (nothing committed).
 
-    :raises ValueError: for a log file that is not ``v1`` + JSON lines.
+    :raises ValueError: for a log file that cannot be read or is not ``v1`` + JSON lines (naming it).
     """
-    log = Path(output) / "_spark_metadata"
-    if not log.is_dir():
+    from watermark_ops.core.sink_log import read_sink_log
+    from watermark_ops.core.storage import open_storage
+
+    storage, folder = open_storage(output)
+    listed = read_sink_log(storage, folder)
+    if any(p.kind == "missing" for p in listed.problems):
         return []
-    names = [p.name for p in log.iterdir() if p.name.split(".")[0].isdigit() and not p.name.startswith(".")]
-    compacts = sorted(int(n.split(".")[0]) for n in names if n.endswith(".compact"))
-    latest_compact = compacts[-1] if compacts else -1
-    batches = sorted(int(n) for n in names if n.isdigit() and int(n) > latest_compact)
-    files = ([log / f"{latest_compact}.compact"] if latest_compact >= 0 else []) + [log / str(b) for b in batches]
-    live: dict[str, None] = {}
-    for file in files:
-        lines = file.read_text(encoding="utf-8").splitlines()
-        if not lines or lines[0].strip() != "v1":
-            raise ValueError(f"{file}: expected a Spark file-sink log ('v1' then JSON lines), got {lines[:1]!r}")
-        for line in lines[1:]:
-            if not line.strip():
-                continue
-            entry = json.loads(line)
-            path = unquote(urlsplit(entry["path"]).path)
-            if entry.get("action", "add") == "delete":
-                live.pop(path, None)
-            else:
-                live[path] = None
-    return list(live)
+    if listed.problems:
+        raise ValueError("; ".join(f"{p.file}: {p.message}" for p in listed.problems))
+    return [unquote(urlsplit(path).path) for path in listed.files]
 
 
 def sink_windows(output: str, start_ms: int, end_ms: int):
