@@ -323,3 +323,25 @@ def test_a_landed_file_changed_or_gone_since_the_stream_read_it_is_named(classic
     changed = changed_files([plan])
     assert "modified since the stream listed it" in changed[kept.as_uri()]
     assert "gone" in changed[(tmp_path / "gone.json").as_uri()]
+
+
+def test_an_object_changed_or_gone_since_the_stream_listed_it_is_named(s3_server, monkeypatch):
+    from watermark_ops.core.ledger.plan import BatchPlan
+    from watermark_ops.examples.s3server import REGION
+    from watermark_ops.spark.twin_ledger import changed_files
+
+    fs = s3_server.filesystem()
+    bucket = f"twin-{os.getpid()}"
+    fs.call_s3("create_bucket", Bucket=bucket)
+    fs.pipe(f"{bucket}/landing/a.json", b"{}\n")
+    listed = fs.call_s3("list_objects_v2", Bucket=bucket)["Contents"][0]["LastModified"]  # what S3A records
+    listed_ms = int(listed.timestamp() * 1000)
+    options = s3_server.storage_options()  # the driver reaches the store through its environment
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", options["key"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", options["secret"])
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_server.endpoint_url)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    same, gone = f"s3a://{bucket}/landing/a.json", f"s3a://{bucket}/landing/gone.json"
+    assert changed_files([BatchPlan(0, True, listed_ms={same: listed_ms})]) == {}
+    changed = changed_files([BatchPlan(0, True, listed_ms={same: listed_ms - 5000, gone: listed_ms})])
+    assert "modified since the stream listed it" in changed[same] and "gone" in changed[gone]
