@@ -71,6 +71,7 @@ __all__ = [
     "parse_metadata",
     "parse_offsets",
     "parse_offsets_in_general",
+    "log_json_lines",
     "split_log_file",
 ]
 
@@ -260,6 +261,27 @@ def split_log_file(raw: bytes, log_name: str, max_version: int) -> tuple[int, li
     :raises LogFileError: ``empty``, ``binary``, ``bad_header`` or ``unsupported_version``.
     """
     return _lines_with_header(raw, log_name, max_version)
+
+
+def log_json_lines(raw: bytes, log_name: str, max_version: int, expected: str) -> list[tuple[int, str, Any]]:
+    """The JSON value of each non-blank line after the header of a ``CompactibleFileStreamLog`` file
+    (the file source's and the file sink's logs: one JSON entry per line).
+
+    :param expected: what a line should be, for the error (``'{"path": ..., "action": ...}'``).
+    :return: ``[(1-based line number, the line, its value)]``.
+    :raises LogFileError: :func:`split_log_file`'s kinds, or ``not_json`` naming the line.
+    """
+    _, lines = split_log_file(raw, log_name, max_version)
+    values = []
+    for number, line in enumerate(lines, start=2):
+        if not line.strip():
+            continue
+        try:
+            values.append((number, line, loads(line)))
+        except ValueError as exc:
+            raise LogFileError("not_json", f"line {number} is not JSON ({getattr(exc, 'msg', exc)}): {line[:60]!r}; "
+                                           f"expected {expected}") from None
+    return values
 
 
 def _json_object(text: str, what: str) -> dict[str, Any]:

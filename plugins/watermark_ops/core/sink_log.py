@@ -21,12 +21,10 @@ Pure core: imports neither Airflow nor Spark. Nothing is ever changed or deleted
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
-from watermark_ops.core.jsontext import loads
-from watermark_ops.core.log_formats import LogFileError, ReadProblem, split_log_file
+from watermark_ops.core.log_formats import LogFileError, ReadProblem, log_json_lines
 
 __all__ = ["SINK_LOG_FOLDER", "SinkLog", "parse_sink_log", "read_sink_log"]
 
@@ -57,16 +55,8 @@ def parse_sink_log(raw: bytes) -> list[tuple[str, str]]:
     :raises LogFileError: ``empty``, ``binary``, ``bad_header``, ``unsupported_version``,
         ``not_json`` or ``bad_field`` (a line without a string ``path``, naming the line).
     """
-    _, lines = split_log_file(raw, "file sink log", 1)
     entries = []
-    for number, line in enumerate(lines, start=2):
-        if not line.strip():
-            continue
-        try:
-            value = loads(line)
-        except json.JSONDecodeError as exc:
-            raise LogFileError("not_json", f"line {number} is not JSON ({exc.msg}): {line[:60]!r}; expected a "
-                                           '{"path": ..., "action": ...} SinkFileStatus') from None
+    for number, line, value in log_json_lines(raw, "file sink log", 1, 'a {"path": ..., "action": ...} SinkFileStatus'):
         if not (isinstance(value, dict) and isinstance(value.get("path"), str)
                 and value.get("action", "add") in ("add", "delete")):
             raise LogFileError("bad_field", f"line {number}: expected a SinkFileStatus "

@@ -36,12 +36,10 @@ Pure core: imports neither Airflow nor Spark.
 from __future__ import annotations
 
 import itertools
-import json
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from watermark_ops.core.jsontext import loads
-from watermark_ops.core.log_formats import LogFileError, ReadProblem, split_log_file
+from watermark_ops.core.log_formats import LogFileError, ReadProblem, log_json_lines
 
 __all__ = [
     "COMPACT_SUFFIX",
@@ -98,16 +96,9 @@ def parse_source_log(raw: bytes) -> list[SourceFile]:
         ``not_json`` or ``bad_field`` (a line that is not ``{"path": str, "timestamp": int,
         "batchId": int}``, naming the line).
     """
-    _, lines = split_log_file(raw, "file source log", SOURCE_LOG_MAX_VERSION)
     entries = []
-    for number, line in enumerate(lines, start=2):
-        if not line.strip():
-            continue
-        try:
-            value = loads(line)
-        except json.JSONDecodeError as exc:
-            raise LogFileError("not_json", f"line {number} is not JSON ({exc.msg}): {line[:60]!r}; expected "
-                                           '{"path": ..., "timestamp": ..., "batchId": ...}') from None
+    expected = '{"path": ..., "timestamp": ..., "batchId": ...}'
+    for number, line, value in log_json_lines(raw, "file source log", SOURCE_LOG_MAX_VERSION, expected):
         if not (isinstance(value, dict) and isinstance(value.get("path"), str)
                 and _is_long(value.get("timestamp")) and _is_long(value.get("batchId")) and value["batchId"] >= 0):
             raise LogFileError("bad_field", f"line {number}: expected a file entry "
