@@ -166,7 +166,7 @@ def emitted_here(query: Any, window_ms: int | None, lo: int, hi: int) -> list[di
     if listed.problems:
         return None
     fs, paths = _arrow_files(listed.files)
-    if any("=" in p.rsplit("/", 2)[-2] for p in paths):  # a partition folder: Spark knows its column's type
+    if any("=" in p.rsplit("/", 1)[0].rsplit("/", 1)[-1] for p in paths):  # a partition folder (col=value)
         return None
     if not paths:
         return []
