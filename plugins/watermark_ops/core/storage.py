@@ -27,7 +27,7 @@ from contextvars import ContextVar
 from typing import Any, Callable, Iterable, Iterator
 
 __all__ = ["MAX_CONCURRENT_READS", "PROGRESS_EVERY", "RETRY_DELAYS_S", "filesystem_for", "open_storage",
-           "reporting_progress"]
+           "reporting_progress", "uri_location"]
 
 #: The most objects read at once from a remote filesystem (``fs.cat``'s ``batch_size`` on an
 #: async one such as s3fs, gcsfs or adlfs; a thread pool of this size on a synchronous one). On S3,
@@ -411,6 +411,20 @@ def filesystem_for(location: Any, filesystem: Any) -> Any:
     if text.startswith("/") and not {"file", "local"} & set(protocols) and os.path.exists(text):
         return None
     return filesystem
+
+
+def uri_location(uri: str) -> str:
+    """A file URI as Spark writes it in its logs (the file source's, the file sink's) → what
+    :func:`open_storage` and fsspec read: a local path for ``file:`` (or no scheme), ``s3://`` for
+    Hadoop's ``s3a://`` and ``s3n://``, any other URI as it is."""
+    from urllib.parse import unquote, urlsplit
+
+    parts = urlsplit(uri)
+    if parts.scheme in ("", "file"):
+        return unquote(parts.path)
+    if parts.scheme in ("s3a", "s3n"):
+        return "s3://" + uri.split("://", 1)[1]
+    return uri
 
 
 def _name(path: str) -> str:

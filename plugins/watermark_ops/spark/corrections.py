@@ -42,17 +42,24 @@ _FILE_SINKS = ("parquet", "json", "csv", "orc")
 _NUMERIC = ("ByteType", "ShortType", "IntegerType", "LongType", "FloatType", "DoubleType", "DecimalType")
 
 
-def _window_field(schema: Any, window_ms: int | None) -> tuple[str, bool] | None:
-    """``(name, is a struct<start, end>)`` of a result's window column (module docstring), None when none."""
+def _result_columns(schema: Any, window_ms: int | None) -> tuple[str, bool, list[str], list[str]] | None:
+    """``(window column, is a struct<start, end>, key columns, value columns)`` of a query's result
+    (module docstring), None when it has no window."""
+    name = is_struct = None
     for field in schema.fields:
         kind = type(field.dataType).__name__
         if kind == "StructType" and {f.name for f in field.dataType.fields} >= {"start", "end"}:
-            return field.name, True
-    if window_ms:
-        for field in schema.fields:
-            if type(field.dataType).__name__ in ("TimestampType", "TimestampNTZType"):
-                return field.name, False
-    return None
+            name, is_struct = field.name, True
+            break
+    if name is None and window_ms:
+        name = next((f.name for f in schema.fields
+                     if type(f.dataType).__name__ in ("TimestampType", "TimestampNTZType")), None)
+        is_struct = False
+    if name is None:
+        return None
+    keys = [f.name for f in schema.fields if f.name != name and type(f.dataType).__name__ not in _NUMERIC]
+    values = [f.name for f in schema.fields if type(f.dataType).__name__ in _NUMERIC]
+    return name, is_struct, keys, values
 
 
 def result_shape(schema: Any, window_ms: int | None) -> tuple[Any, Any, list[str], list[str]]:
@@ -62,18 +69,16 @@ def result_shape(schema: Any, window_ms: int | None) -> tuple[Any, Any, list[str
     """
     from pyspark.sql import functions as F
 
-    window = _window_field(schema, window_ms)
-    if window is None:
+    columns = _result_columns(schema, window_ms)
+    if columns is None:
         raise CannotTwin("the query's result has no window column (a struct of start and end, or a timestamp): "
                          "its windows cannot be corrected")
-    name, is_struct = window
+    name, is_struct, keys, values = columns
     if is_struct:
         start, end = F.col(f"`{name}`.start"), F.col(f"`{name}`.end")
     else:
         start = F.col(f"`{name}`")
         end = start + F.expr(f"INTERVAL {window_ms // 1000} SECONDS")
-    keys = [f.name for f in schema.fields if f.name != name and type(f.dataType).__name__ not in _NUMERIC]
-    values = [f.name for f in schema.fields if type(f.dataType).__name__ in _NUMERIC]
     return start, end, keys, values
 
 
@@ -143,13 +148,11 @@ def emitted_here(query: Any, window_ms: int | None, lo: int, hi: int) -> list[di
     import json
 
     schema = query.frame.schema
-    window = _window_field(schema, window_ms)
-    if query.format != "parquet" or not query.path or window is None:
+    columns = _result_columns(schema, window_ms)
+    if query.format != "parquet" or not query.path or columns is None:
         return None
-    name, is_struct = window
+    name, is_struct, keys, values = columns
     kinds = {f.name: type(f.dataType).__name__ for f in schema.fields}
-    keys = [c for c, k in kinds.items() if c != name and k not in _NUMERIC]
-    values = [c for c, k in kinds.items() if k in _NUMERIC]
     if any(kinds[k] not in ("StringType", "BooleanType") for k in keys) or "DecimalType" in kinds.values():
         return None
     try:
@@ -192,15 +195,16 @@ def emitted_here(query: Any, window_ms: int | None, lo: int, hi: int) -> list[di
 
 
 def _arrow_files(uris: tuple[str, ...]) -> tuple[Any, list[str]]:
-    """``(filesystem for pyarrow or None, paths)`` of a file sink's file URIs: local paths for
-    ``file:`` URIs, else fsspec's filesystem of the first one (``s3a://`` read as ``s3://``)."""
-    from urllib.parse import unquote, urlsplit
+    """``(filesystem for pyarrow or None, paths)`` of a file sink's file URIs
+    (:func:`watermark_ops.core.storage.uri_location`: local paths, else fsspec's filesystem of the first)."""
+    from watermark_ops.core.storage import uri_location
 
-    if all(u.startswith("file:") or u.startswith("/") for u in uris):
-        return None, [unquote(urlsplit(u).path) if u.startswith("file:") else u for u in uris]
+    locations = [uri_location(u) for u in uris]
+    if not any("://" in location for location in locations):
+        return None, locations
     import fsspec
 
-    located = [fsspec.core.url_to_fs(u.replace("s3a://", "s3://", 1)) for u in uris]
+    located = [fsspec.core.url_to_fs(location) for location in locations]
     return located[0][0], [path for _, path in located]
 
 

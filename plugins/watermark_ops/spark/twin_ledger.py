@@ -18,8 +18,8 @@ declared ``reason_column``, else one named ``reason``, ``reject_reason``, ``reje
 ``quarantine_reason`` or ``error``) are its reject queries: their rows come back one by one (no
 aggregation, so no shuffle: a job sets few rows aside) and are counted per batch and reason in
 Python, with one example each (its file and the row as the job keeps it); they are asked in a second
-Spark job, and only when a batch's rows entering the watermark are fewer than the rows it read. A batch's rows read are
-Spark's own ``numInputRows`` for it; the rows that neither enter the watermark nor reach a reject
+Spark job, and only when a batch's rows entering the watermark are fewer than the rows it read. A
+batch's rows read are Spark's own ``numInputRows`` for it; the rows that neither enter the watermark nor reach a reject
 query are ``filtered_by_job``. The twin reads the very files the checkpoint's source log names;
 one that changed or went away since the stream listed it (its modification time against the log's
 ``timestamp``) is a problem of the record, and so are more rows made than read (the ledger then
@@ -314,18 +314,19 @@ def changed_files(plans: list[BatchPlan]) -> dict[str, str]:
     is no longer the one the file source listed (``listed_ms``): the twin would not read what the
     stream read. A remote file whose store gives no modification time is not judged."""
     import os
-    from urllib.parse import unquote, urlsplit
+
+    from watermark_ops.core.storage import uri_location
 
     found: dict[str, str] = {}
     remote: list[tuple[str, int]] = []
     for plan in plans:
         for uri, listed in plan.listed_ms.items():
-            parts = urlsplit(uri)
-            if parts.scheme not in ("", "file"):
+            location = uri_location(uri)
+            if "://" in location:
                 remote.append((uri, listed))
                 continue
             try:
-                now = os.stat(unquote(parts.path)).st_mtime_ns // 1_000_000
+                now = os.stat(location).st_mtime_ns // 1_000_000
             except OSError:
                 found[uri] = "the file is gone since the stream read it"
                 continue
@@ -348,10 +349,12 @@ def _changed_remote(files: list[tuple[str, int]]) -> dict[str, str]:
 
     import fsspec
 
+    from watermark_ops.core.storage import uri_location
+
     def judged(item: tuple[str, int]) -> str | None:
         uri, listed = item
         try:
-            fs, path = fsspec.core.url_to_fs(uri.replace("s3a://", "s3://", 1))
+            fs, path = fsspec.core.url_to_fs(uri_location(uri))
             info = fs.info(path)
         except FileNotFoundError:
             return "the file is gone since the stream read it"

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 from typing import Any, Iterable
-from urllib.parse import unquote, urlsplit
 
 from watermark_ops.core.checkpoint import MAX_CONCURRENT_READS, Checkpoint, filesystem_for, open_storage, read_checkpoint
 from watermark_ops.core.ledger.lines import classify_line
@@ -33,6 +32,7 @@ from watermark_ops.core.ledger.rule import LedgerError
 from watermark_ops.core.log_formats import ReadProblem
 from watermark_ops.core.partition_skew import partition_skew, skew_before_each_batch
 from watermark_ops.core.progress import progress_log_path, read_progress_log
+from watermark_ops.core.storage import uri_location
 
 __all__ = ["late_ledger"]
 
@@ -46,21 +46,11 @@ class _LandedFiles:
         self.storage_options = storage_options
 
     def read(self, uri: str) -> bytes | Exception:
-        location = _landed_location(uri)
+        location = uri_location(uri)
         fs = filesystem_for(location, self.filesystem)
         options = self.storage_options if fs is None and "://" in location else None
         storage, path = open_storage(location, filesystem=fs, storage_options=options)
         return storage.read([path])(path)
-
-
-def _landed_location(uri: str) -> str:
-    """A file source URI → what ``open_storage`` reads: a local path for ``file:``, else an fsspec URL."""
-    parts = urlsplit(uri)
-    if parts.scheme in ("", "file"):
-        return unquote(parts.path)
-    if parts.scheme in ("s3a", "s3n"):
-        return "s3://" + uri.split("://", 1)[1]
-    return uri
 
 
 def _python_replay(plan: BatchPlan, landed: _LandedFiles, problems: list[ReadProblem]) -> BatchLedger:

@@ -31,7 +31,6 @@ import uuid
 from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
 from zoneinfo import ZoneInfo
 
 from watermark_ops.core.partitions import DEFAULT_TIMEZONE, Partition, partition_of
@@ -58,7 +57,7 @@ def _sink_files(output: str) -> list[str]:
     :raises ValueError: for a log file that cannot be read or is not ``v1`` + JSON lines (naming it).
     """
     from watermark_ops.core.sink_log import read_sink_log
-    from watermark_ops.core.storage import open_storage
+    from watermark_ops.core.storage import open_storage, uri_location
 
     storage, folder = open_storage(output)
     listed = read_sink_log(storage, folder)
@@ -66,7 +65,7 @@ def _sink_files(output: str) -> list[str]:
         return []
     if listed.problems:
         raise ValueError("; ".join(f"{p.file}: {p.message}" for p in listed.problems))
-    return [unquote(urlsplit(path).path) for path in listed.files]
+    return [uri_location(path) for path in listed.files]
 
 
 def sink_windows(output: str, start_ms: int, end_ms: int):
