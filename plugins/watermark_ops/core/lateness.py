@@ -580,14 +580,22 @@ def lateness_report(checkpoint: str, landings: Iterable[str] = (), targets: Iter
 
 
 def _recovered(checkpoint: str, runs: list[RunDrops], ledger: Any, where: dict[str, Any]) -> tuple[dict, ...]:
-    """Per run, its late rows split by the corrections log (:func:`watermark_ops.core.ledger.recovered.recovery`);
-    empty without one (no allowed lateness)."""
+    """Per run: its (row, window) drops and its rows dropped from only some of their windows
+    (``window_drops``, ``rows_late_partly``), and its late rows split by the corrections log
+    (:func:`watermark_ops.core.ledger.recovered.recovery`) when it has one (an allowed lateness)."""
     from watermark_ops.core.ledger.corrections import read_corrections
     from watermark_ops.core.ledger.recovered import recovery
 
     corrections, _ = read_corrections(checkpoint, **where)
-    if not corrections:
-        return ()
-    by_batch = {b.batch_id: b.late_rows for b in ledger.batches if b.replayed}
-    return tuple(recovery([r for b in run.batch_ids for r in by_batch[b]] if run.rows_late is not None else None,
-                          corrections, run.run_tag) for run in runs)
+    by_batch = {b.batch_id: b for b in ledger.batches if b.replayed}
+    found = []
+    for run in runs:
+        known = run.rows_late is not None
+        mine = [by_batch[b] for b in run.batch_ids] if known else []
+        figures = {"window_drops": sum(b.window_drops for b in mine) if known else None,
+                   "rows_late_partly": sum(b.rows_late_partly for b in mine) if known else None}
+        if corrections:
+            figures.update(recovery([r for b in mine for r in b.late_rows] if known else None, corrections,
+                                    run.run_tag))
+        found.append(figures)
+    return tuple(found)

@@ -40,6 +40,7 @@ from typing import Any, Callable
 from urllib.parse import unquote, urlsplit
 
 from watermark_ops.core.progress import progress_log_path
+from watermark_ops.core.state.plan import QueryShape
 from watermark_ops.spark.lock import checkpoint_lock
 from watermark_ops.spark.recorder import POLL_SECONDS, ProgressRecorder, observe_partition_event_times
 from watermark_ops.spark.restart import check_start
@@ -117,6 +118,8 @@ class Attachment:
         (``window_duration``, ``watermark_delay``, ``source_path``).
     :param data_interval: the launching DAG run's ``{"start_ms", "end_ms"}`` (epoch ms UTC), stamped
         on every progress record; None: not stamped.
+    :param before_start: ``callable(checkpoint, what the query starts with)`` called after its start
+        check and before it starts; an exception it raises stops the run with nothing started.
     """
 
     run_tag: str | None
@@ -126,6 +129,7 @@ class Attachment:
     partition: tuple[str, tuple[str, ...]] | None = None
     accept_changes: tuple[str, ...] = ()
     data_interval: dict[str, int] | None = None
+    before_start: Callable[[str, QueryShape | None], None] | None = None
     sources: list[Source] = field(default_factory=list)
     watermarks: list[tuple[str, str]] = field(default_factory=list)
     queries: list[StartedQuery] = field(default_factory=list)
@@ -301,6 +305,8 @@ class Attachment:
                     # RestartRefused: nothing is started
                     shape = check_start(_frame_of(writer), checkpoint, self.accept_changes, query_name=name,
                                         run_tag=self.run_tag).starting
+                    if self.before_start is not None:
+                        self.before_start(checkpoint, shape)
                 else:
                     log.warning("query %s has no checkpointLocation the launcher can see: it is not recorded", name)
                 query = original(writer, *args, **kwargs)

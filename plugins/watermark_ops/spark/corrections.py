@@ -9,13 +9,21 @@ After a run's late rows are known (:mod:`watermark_ops.spark.twin_ledger`), with
    result, every window with every one of its rows, late ones included;
 4. what the sink holds for those windows (a batch read of the job's file sink with the result's schema);
 5. every group of those windows whose result differs (numbers within 1e-9, relative) or that the sink
-   never held becomes a correction; it is written beside the sink (:func:`write_corrections`:
-   ``<sink>_corrections/run_key=<run>/`` in the sink's format, replaced when the run is run again)
-   and appended to ``<checkpoint>.corrections.jsonl`` for every face.
+   never held becomes a correction; it is written beside the sink
+   (:func:`watermark_ops.spark.corrections_table.write_corrections`: ``<sink>_corrections/run_key=<run>/``
+   in the sink's format, replaced when the run is run again) and appended to
+   ``<checkpoint>.corrections.jsonl`` for every face.
 
-The result's columns are read from its schema: the window is a ``struct<start, end>`` column (what
-``F.window`` makes), else its first timestamp column is the window's start; the other non-numeric
-columns are the group keys; the numeric columns are the values.
+Every window Spark has: a tumbling window's late row lost its one window; a sliding window's row is
+judged per window, so each window it was dropped from (``windows_dropped``) is corrected; a session
+window's corrections are the sessions over every landed row that hold a recoverable late row, each
+retracting the published sessions it replaces (:mod:`watermark_ops.core.ledger.sessions`).
+
+The result's columns (:func:`result_shape`): the window is a ``struct<start, end>`` column (what
+``F.window`` and ``F.session_window`` make), else the columns the result's plan derives from the
+window's start and end under any name (``window.start AS window_start``:
+:attr:`watermark_ops.core.state.plan.QueryShape.window_columns`), else its first timestamp column is
+the window's start; the other non-numeric columns are the group keys; the numeric ones the values.
 
 Needs pyspark (imported inside the functions).
 """
@@ -23,16 +31,16 @@ Needs pyspark (imported inside the functions).
 from __future__ import annotations
 
 import logging
-import re
-import time
+from dataclasses import dataclass
 from typing import Any
 
-from watermark_ops.core.ledger.corrections import corrections_log_path, split_late
+from watermark_ops.core.ledger.corrections import recoverable
+from watermark_ops.spark.corrections_table import write_corrections
 from watermark_ops.spark.twin import CannotTwin
 
 log = logging.getLogger("watermark_ops.spark")
 
-__all__ = ["corrections_from", "result_shape", "window_parts", "window_range", "write_corrections"]
+__all__ = ["ResultShape", "corrections_from", "result_shape", "window_parts", "window_range", "write_corrections"]
 
 _WS, _WE = "_wo_window_start_ms", "_wo_window_end_ms"
 # The twin ledger's row shape (watermark_ops.spark.twin_ledger), shared so both go in one Spark job.
@@ -42,44 +50,99 @@ _FILE_SINKS = ("parquet", "json", "csv", "orc")
 _NUMERIC = ("ByteType", "ShortType", "IntegerType", "LongType", "FloatType", "DoubleType", "DecimalType")
 
 
-def _result_columns(schema: Any, window_ms: int | None) -> tuple[str, bool, list[str], list[str]] | None:
-    """``(window column, is a struct<start, end>, key columns, value columns)`` of a query's result
-    (module docstring), None when it has no window."""
-    name = is_struct = None
+@dataclass(frozen=True)
+class ResultShape:
+    """Where a query's result keeps its window, its group keys and its values (module docstring).
+
+    :ivar window: the ``struct<start, end>`` column, or the column holding the window's start.
+    :ivar is_struct: ``window`` is a struct. :ivar end: the column holding the window's end (split
+        columns), None when the end is the struct's or derived (``start + window_ms``).
+    :ivar keys: / values: the group key columns and the value columns, the job's names.
+    :ivar window_ms: a time window's duration (ms), None for a session window or unknown.
+    :ivar session: a session window's result (corrections retract the sessions they replace).
+    """
+
+    window: str
+    is_struct: bool
+    end: str | None
+    keys: list[str]
+    values: list[str]
+    window_ms: int | None = None
+    session: bool = False
+
+    def columns(self) -> tuple[Any, Any]:
+        """``(start, end)`` as Spark columns (timestamps)."""
+        from pyspark.sql import functions as F
+
+        if self.is_struct:
+            return F.col(f"`{self.window}`.start"), F.col(f"`{self.window}`.end")
+        start = F.col(f"`{self.window}`")
+        if self.end is not None:
+            return start, F.col(f"`{self.end}`")
+        return start, start + F.expr(f"INTERVAL {int(self.window_ms or 0) // 1000} SECONDS")
+
+    @property
+    def table_names(self) -> tuple[str, str]:
+        """The corrections table's window columns: the job's own split names, else ``window_start``/``window_end``."""
+        if not self.is_struct and self.end is not None:
+            return self.window, self.end
+        return "window_start", "window_end"
+
+
+def _plan_columns(frame: Any) -> dict[str, str | None]:
+    """The result's columns derived from its window's start and end, read from its analyzed plan
+    (empty when the plan cannot be read)."""
+    from watermark_ops.core.state.plan import parse_analyzed_plan
+    from watermark_ops.spark.restart import analyzed_plan_text
+
+    try:
+        return dict(parse_analyzed_plan(analyzed_plan_text(frame)).window_columns)
+    except Exception as exc:  # noqa: BLE001 - the schema's reading still stands
+        log.warning("the result's plan could not be read for its window columns: %s", exc)
+        return {}
+
+
+def _result_columns(schema: Any, window_ms: int | None, derived: dict[str, str | None] | None = None,
+                    session: bool = False) -> ResultShape | None:
+    """The :class:`ResultShape` of a result's ``schema`` (``derived``: :func:`_plan_columns`), None
+    when it has no window."""
+    names = {f.name for f in schema.fields}
+    name = end = None
+    is_struct = False
     for field in schema.fields:
         kind = type(field.dataType).__name__
         if kind == "StructType" and {f.name for f in field.dataType.fields} >= {"start", "end"}:
             name, is_struct = field.name, True
             break
+    if name is None and derived and derived.get("start") in names:
+        name = derived["start"]
+        end = derived.get("end") if derived.get("end") in names else None
+    if name is None and (window_ms or session) and derived and derived.get("end") in names:
+        return None  # only the end is kept: the window's start is not in the result
     if name is None and window_ms:
         name = next((f.name for f in schema.fields
                      if type(f.dataType).__name__ in ("TimestampType", "TimestampNTZType")), None)
-        is_struct = False
-    if name is None:
+    if name is None or (not is_struct and end is None and not window_ms):
         return None
-    keys = [f.name for f in schema.fields if f.name != name and type(f.dataType).__name__ not in _NUMERIC]
-    values = [f.name for f in schema.fields if type(f.dataType).__name__ in _NUMERIC]
-    return name, is_struct, keys, values
+    window = {name, end}
+    keys = [f.name for f in schema.fields if f.name not in window and type(f.dataType).__name__ not in _NUMERIC]
+    values = [f.name for f in schema.fields if f.name not in window and type(f.dataType).__name__ in _NUMERIC]
+    return ResultShape(name, is_struct, end, keys, values, window_ms, session)
 
 
-def result_shape(schema: Any, window_ms: int | None) -> tuple[Any, Any, list[str], list[str]]:
-    """``(window start column, window end column, key columns, value columns)`` of a query's result.
+def result_shape(frame: Any, rule: Any) -> ResultShape:
+    """The :class:`ResultShape` of a query's result frame under its late rule (``window_ms``, session).
 
-    :raises CannotTwin: when the result has no window (no ``struct<start, end>`` and no timestamp column).
+    :raises CannotTwin: when the result has no window (no ``struct<start, end>``, no column derived
+        from the window's start, no timestamp column for a time window).
     """
-    from pyspark.sql import functions as F
-
-    columns = _result_columns(schema, window_ms)
-    if columns is None:
-        raise CannotTwin("the query's result has no window column (a struct of start and end, or a timestamp): "
-                         "its windows cannot be corrected")
-    name, is_struct, keys, values = columns
-    if is_struct:
-        start, end = F.col(f"`{name}`.start"), F.col(f"`{name}`.end")
-    else:
-        start = F.col(f"`{name}`")
-        end = start + F.expr(f"INTERVAL {window_ms // 1000} SECONDS")
-    return start, end, keys, values
+    session = getattr(rule, "kind", None) == "session"
+    window_ms = getattr(rule, "window_ms", None)
+    shape = _result_columns(frame.schema, window_ms, _plan_columns(frame), session)
+    if shape is None:
+        raise CannotTwin("the query's result has no window column (a struct of start and end, the window's start "
+                         "under any name, or a timestamp): its windows cannot be corrected")
+    return shape
 
 
 def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -94,53 +157,72 @@ def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return True
 
 
-def window_range(plans: list[Any], allowed_ms: int, window_ms: int) -> tuple[int, int]:
-    """``[lo, hi)`` (epoch ms UTC): every window a run's recoverable late rows can fall in. A row of
-    batch N is recoverable when its window ends in ``(late watermark − allowed, late watermark]``."""
-    return (min(p.late_watermark_ms for p in plans) - allowed_ms - window_ms, max(p.late_watermark_ms for p in plans))
+#: The furthest a session window's end can be from the start of the sessions read (epoch ms): no bound.
+NO_BOUND_MS = 2 ** 62
 
 
-def window_parts(spark: Any, query: Any, window_ms: int | None, lo: int,
-                 hi: int) -> tuple[list[Any], tuple, list[dict[str, Any]]]:
+def window_range(plans: list[Any], allowed_ms: int, extent_ms: int, session: bool = False) -> tuple[int, int, int]:
+    """``(lo, hi, sink_hi)`` (epoch ms UTC): the windows a run's recoverable late rows can fall in
+    start in ``[lo, hi)``; the sink's windows read start in ``[lo, sink_hi)``. A row of batch N is
+    recoverable when its window ends in ``(late watermark − allowed, late watermark]``, so a time
+    window of ``extent_ms`` starts after ``min watermark − allowed − extent``. A session holding such
+    a row can begin long before it: the sessions read start at most ``2 × allowed + gap`` before
+    the lowest late watermark (a longer one is named, not corrected:
+    :func:`watermark_ops.core.ledger.sessions.session_corrections`), and every published session
+    after that is read (a session can overlap one that starts after the watermark)."""
+    low = min(p.late_watermark_ms for p in plans)
+    high = max(p.late_watermark_ms for p in plans)
+    if session:
+        return low - 2 * allowed_ms - extent_ms, high, NO_BOUND_MS
+    return low - allowed_ms - extent_ms, high, high
+
+
+def window_parts(spark: Any, query: Any, rule: Any, lo: int, hi: int,
+                 sink_hi: int | None = None) -> tuple[list[Any], ResultShape, list[dict[str, Any]]]:
     """The frames that bring back, in the run's one Spark job, the query's result computed again
-    (tag ``c``) and what its sink holds (tag ``m``) for the windows starting in ``[lo, hi)``: rows of
-    the twin ledger's shape (``_wo_kind``, ``_wo_event_us`` = window start ms, ``_wo_event`` = the
-    window, keys and values as JSON); the result's shape (:func:`result_shape`); and the ``m`` rows
-    when the driver read them itself (:func:`emitted_here`: then no frame of tag ``m``), else ``[]``.
+    (tag ``c``, windows starting in ``[lo, hi)``) and what its sink holds (tag ``m``, windows
+    starting in ``[lo, sink_hi)``, default ``hi``): rows of the twin ledger's shape (``_wo_kind``,
+    ``_wo_event_us`` = window start ms, ``_wo_event`` = the window, keys and values as JSON); the
+    result's shape (:func:`result_shape`); and the ``m`` rows when the driver read them itself
+    (:func:`emitted_here`: then no frame of tag ``m``), else ``[]``.
 
+    :param rule: the query's late rule (:class:`watermark_ops.core.ledger.rule.LateRule`).
     :raises CannotTwin: the result has no window.
     """
     from pyspark.sql import functions as F
 
-    shape = result_shape(query.frame.schema, window_ms)
-    start, end, keys, values = shape
+    shape = result_shape(query.frame, rule)
+    sink_hi = hi if sink_hi is None else sink_hi
 
-    def part(frame: Any, tag: str) -> Any:
+    def part(frame: Any, tag: str, top: int) -> Any:
+        start, end = shape.columns()
         ws = F.unix_millis(start)
-        return frame.where((ws >= F.lit(lo)) & (ws < F.lit(hi))).select(
+        return frame.where((ws >= F.lit(lo)) & (ws < F.lit(top))).select(
             F.lit(tag).alias(_KIND), F.lit(None).cast("string").alias(_FILE), F.lit(None).cast("string").alias(_REASON),
             ws.alias(_START), F.to_json(F.struct(ws.alias(_WS), F.unix_millis(end).alias(_WE),
-                                                 *[F.col(f"`{c}`") for c in keys + values])).alias(_ROW),
+                                                 *[F.col(f"`{c}`") for c in shape.keys + shape.values])).alias(_ROW),
             F.lit(None).cast("long").alias(_ROWS))
 
-    parts: list[Any] = [part(query.frame, "c")]
-    here = emitted_here(query, window_ms, lo, hi)
+    parts: list[Any] = [part(query.frame, "c", hi)]
+    here = emitted_here(query, shape.window_ms, lo, sink_hi, shape)
     if here is None and query.format in _FILE_SINKS and query.path:
         try:
             sink = spark.read.schema(query.frame.schema).format(query.format).load(query.path)
             sink.columns  # noqa: B018 - a sink not yet written fails here
-            parts.append(part(sink, "m"))
+            parts.append(part(sink, "m", sink_hi))
         except Exception as exc:  # noqa: BLE001 - an unreadable sink: what it held is unknown
             log.warning("the sink %s could not be read for the emitted values: %s", query.path, exc)
     return parts, shape, here or []
 
 
-def emitted_here(query: Any, window_ms: int | None, lo: int, hi: int) -> list[dict[str, Any]] | None:
+def emitted_here(query: Any, window_ms: int | None, lo: int, hi: int,
+                 shape: ResultShape | None = None) -> list[dict[str, Any]] | None:
     """What a Parquet file sink holds for the windows starting in ``[lo, hi)`` (epoch ms UTC), read
     by the driver: the files the sink's own log names (:mod:`watermark_ops.core.sink_log`, as
     Spark's batch read of a sink does) through pyarrow, no Spark job. Rows of :func:`window_parts`'s
     ``m`` tag (dicts).
 
+    :param shape: the result's shape (default: read from the query's schema and plan).
     :return: None where Spark reads it instead: another format, a partitioned sink (its keys live in
         folder names), a key that is not a string or boolean, a decimal value, a sink log with a
         problem (Spark's read then reports it), or no pyarrow.
@@ -148,10 +230,11 @@ def emitted_here(query: Any, window_ms: int | None, lo: int, hi: int) -> list[di
     import json
 
     schema = query.frame.schema
-    columns = _result_columns(schema, window_ms)
-    if query.format != "parquet" or not query.path or columns is None:
+    if shape is None:
+        shape = _result_columns(schema, window_ms, _plan_columns(query.frame)) if query.format == "parquet" else None
+    if query.format != "parquet" or not query.path or shape is None:
         return None
-    name, is_struct, keys, values = columns
+    name, is_struct, keys, values = shape.window, shape.is_struct, shape.keys, shape.values
     kinds = {f.name: type(f.dataType).__name__ for f in schema.fields}
     if any(kinds[k] not in ("StringType", "BooleanType") for k in keys) or "DecimalType" in kinds.values():
         return None
@@ -175,9 +258,10 @@ def emitted_here(query: Any, window_ms: int | None, lo: int, hi: int) -> list[di
         return []
     start = pc.field(name, "start") if is_struct else pc.field(name)
     stamp = pa.timestamp("ms", tz="UTC")
-    low, high = pa.scalar(lo, stamp), pa.scalar(hi, stamp)
+    low, high = pa.scalar(lo, stamp), pa.scalar(min(hi, 2 ** 53), stamp)
+    wanted = [name] + ([shape.end] if shape.end else []) + keys + values
     table = ds.dataset(paths, format="parquet", filesystem=fs).to_table(
-        columns=[name] + keys + values, filter=(start.cast(stamp) >= low) & (start.cast(stamp) < high))
+        columns=wanted, filter=(start.cast(stamp) >= low) & (start.cast(stamp) < high))
 
     def epoch_ms(column: Any) -> list[int]:  # INT96 (ns) or TIMESTAMP_MICROS as Spark writes them: UTC
         return pc.cast(pc.cast(column, stamp, safe=False), pa.int64()).to_pylist()
@@ -188,7 +272,7 @@ def emitted_here(query: Any, window_ms: int | None, lo: int, hi: int) -> list[di
         ends = epoch_ms(pc.struct_field(window_column, [window_column.type.get_field_index("end")]))
     else:
         starts = epoch_ms(window_column)
-        ends = [s + int(window_ms or 0) for s in starts]
+        ends = epoch_ms(table.column(shape.end)) if shape.end else [s + int(window_ms or 0) for s in starts]
     rest = table.select(keys + values).to_pylist()
     return [{_KIND: "m", _FILE: None, _REASON: None, _START: begin, _ROWS: None,
              _ROW: json.dumps({_WS: begin, _WE: end, **row})} for begin, end, row in zip(starts, ends, rest)]
@@ -221,17 +305,29 @@ def _by_window(rows: list[Any], keys: list[str], values: list[str], tag: str) ->
     return found
 
 
-def corrections_from(rows: list[Any], shape: tuple, run_records: list[dict[str, Any]], allowed_ms: int,
-                     run_tag: str | None) -> list[dict[str, Any]]:
+def _recoverable_windows(row: dict[str, Any], allowed_ms: int) -> list[tuple[int, int]]:
+    """The windows a late row was dropped from that an allowed lateness recovers (each window ended
+    less than ``allowed_ms`` before the watermark that dropped the row)."""
+    dropped = [(w["window_start_ms"], w["window_end_ms"]) for w in row.get("windows_dropped") or ()]
+    dropped = dropped or [(row.get("window_start_ms"), row.get("window_end_ms"))]
+    watermark = int(row["watermark_ms"])
+    return [(s, e) for s, e in dropped if e is not None and recoverable(watermark - e, e, allowed_ms)]
+
+
+def corrections_from(rows: list[Any], shape: ResultShape, run_records: list[dict[str, Any]], allowed_ms: int,
+                     run_tag: str | None, earlier: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """The run's corrections (module docstring, step 5) from the rows :func:`window_parts` brought back.
 
     :param run_records: the run's replay records (their ``late_rows``).
+    :param earlier: the checkpoint's corrections so far (:func:`watermark_ops.core.ledger.corrections.read_corrections`):
+        a session window's corrections also retract the sessions earlier runs published.
     :return: corrections in the log's shape, without ``write``, by window, then keys.
     """
-    _, _, keys, values = shape
+    keys, values = shape.keys, shape.values
     late = [row for record in run_records for row in record.get("late_rows") or []]
-    kept, _ = split_late(late, allowed_ms)
-    windows = {(row["window_start_ms"], row["window_end_ms"]) for row in kept}
+    if shape.session:
+        return _session_corrections(rows, shape, late, allowed_ms, run_tag, earlier or [])
+    windows = {w for row in late for w in _recoverable_windows(row, allowed_ms)}
     if not windows:
         return []
     corrected = _by_window(rows, keys, values, "c")
@@ -242,7 +338,7 @@ def corrections_from(rows: list[Any], shape: tuple, run_records: list[dict[str, 
         if (start_ms, end_ms) not in windows:
             continue
         named = dict(zip(keys, key_values))
-        mine = [row for row in kept if (row["window_start_ms"], row["window_end_ms"]) == (start_ms, end_ms)
+        mine = [row for row in late if (start_ms, end_ms) in _recoverable_windows(row, allowed_ms)
                 and all(str(row["event"].get(k)) == str(v) for k, v in named.items() if k in row["event"])]
         before = emitted.get(key) if emitted is not None else None
         if not mine or (before is not None and _same(found, before)):
@@ -253,131 +349,21 @@ def corrections_from(rows: list[Any], shape: tuple, run_records: list[dict[str, 
     return made
 
 
-def _safe(run_tag: str | None) -> str:
-    """A run tag as a folder name (``scheduled__2013-01-02T00:00:00+00:00`` → ``scheduled__2013-01-02T00_00_00_00_00``)."""
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", str(run_tag or "manual"))
+def _session_corrections(rows: list[Any], shape: ResultShape, late: list[dict[str, Any]], allowed_ms: int,
+                         run_tag: str | None, earlier: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """:func:`watermark_ops.core.ledger.sessions.session_corrections` over the collected rows."""
+    from watermark_ops.core.ledger.sessions import published_sessions, session_corrections
+
+    def sessions(tag: str) -> list[dict[str, Any]]:
+        return [{"start": s, "end": e, "keys": k, "values": v}
+                for (s, e, k), v in _by_window(rows, shape.keys, shape.values, tag).items()]
+
+    kept = [row for row in late if _recoverable_windows(row, allowed_ms)]
+    others = [c for c in earlier if c.get("run") != run_tag]  # this run's own are replaced, not built on
+    published = published_sessions(sessions("m"), others, shape.keys)
+    made, problems = session_corrections(sessions("c"), published, kept, shape.keys, run_tag, _same)
+    for problem in problems:
+        log.warning("corrections: %s", problem)
+    return made
 
 
-def write_corrections(spark: Any, corrections: list[dict[str, Any]], query: Any, checkpoint: str,
-                      path: str | None = None) -> str | None:
-    """Write one run's corrections (module docstring, step 5): the log, then the table.
-
-    The table's columns: ``window_start``, ``window_end`` (timestamps), the keys, the corrected
-    values under the job's own names, ``emitted_<name>`` (null: never emitted), ``late_rows``, ``run``,
-    ``batch_id``; its folder ``<path>/run_key=<run>/`` is replaced when the run is written again. A
-    Parquet or JSON sink's table is written by the driver itself (pyarrow, fsspec: one small file,
-    no Spark job); other formats, or a driver without pyarrow, through Spark.
-
-    :param query: the twin's query (its sink path and format; the result's column types).
-    :param path: the corrections table's folder (default ``<sink>_corrections``).
-    :return: the folder written (``.../run_key=<run>``), None when there is nothing to write or no sink path.
-    """
-    if not corrections:
-        return None
-    from watermark_ops.spark.recorder import append_json_lines
-
-    written_at = int(time.time() * 1000)
-    append_json_lines(corrections_log_path(checkpoint), [{**c, "write": written_at} for c in corrections])
-    base = path or (f"{str(query.path).rstrip('/')}_corrections" if query.path else None)
-    if base is None:
-        return None
-    folder = f"{base}/run_key={_safe(corrections[0]['run'])}"
-    types = {f.name: type(f.dataType).__name__ for f in query.frame.schema.fields}
-    fmt = query.format if query.format in _FILE_SINKS else "parquet"
-    if fmt in ("parquet", "json") and "DecimalType" not in types.values():
-        try:
-            _write_here(corrections, types, folder, fmt)
-            return folder
-        except ImportError:  # no pyarrow where the driver runs: Spark writes it
-            pass
-    _write_spark(spark, corrections, query, folder, fmt)
-    return folder
-
-
-def _columns(corrections: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
-    return list(corrections[0]["keys"]), list(corrections[0]["corrected"])
-
-
-def _write_here(corrections: list[dict[str, Any]], types: dict[str, str], folder: str, fmt: str) -> None:
-    """The table as one file written by the driver (pyarrow for Parquet, JSON lines as Spark writes them)."""
-    import json
-
-    import fsspec
-
-    keys, values = _columns(corrections)
-    fs, where = fsspec.core.url_to_fs(folder)
-    if fs.exists(where):
-        fs.rm(where, recursive=True)  # this run's own earlier corrections: replaced, never added to
-    fs.makedirs(where, exist_ok=True)
-    if fmt == "parquet":
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        arrow = {"LongType": pa.int64(), "IntegerType": pa.int32(), "ShortType": pa.int16(), "ByteType": pa.int8(),
-                 "DoubleType": pa.float64(), "FloatType": pa.float32()}
-        stamp = pa.timestamp("ms", tz="UTC")
-        data = {"window_start": pa.array([c["window_start_ms"] for c in corrections], stamp),
-                "window_end": pa.array([c["window_end_ms"] for c in corrections], stamp)}
-        for k in keys:
-            data[k] = pa.array([c["keys"][k] for c in corrections], arrow.get(types.get(k), pa.string()))
-        for v in values:
-            data[v] = pa.array([c["corrected"][v] for c in corrections], arrow[types[v]])
-        for v in values:
-            data[f"emitted_{v}"] = pa.array([(c["emitted"] or {}).get(v) for c in corrections], arrow[types[v]])
-        data["late_rows"] = pa.array([c["late_rows"] for c in corrections], pa.int64())
-        data["run"] = pa.array([c["run"] for c in corrections], pa.string())
-        data["batch_id"] = pa.array([c["batch_id"] for c in corrections], pa.int64())
-        with fs.open(f"{where}/part-00000.parquet", "wb") as out:
-            pq.write_table(pa.table(data), out)
-    else:
-        from watermark_ops.core.times import iso_utc
-
-        with fs.open(f"{where}/part-00000.json", "w") as out:
-            for c in corrections:
-                row = {"window_start": iso_utc(c["window_start_ms"]), "window_end": iso_utc(c["window_end_ms"]),
-                       **c["keys"], **c["corrected"], **{f"emitted_{v}": (c["emitted"] or {}).get(v) for v in values},
-                       "late_rows": c["late_rows"], "run": c["run"], "batch_id": c["batch_id"]}
-                out.write(json.dumps(row, default=str) + "\n")
-    with fs.open(f"{where}/_SUCCESS", "wb"):
-        pass
-
-
-def _write_spark(spark: Any, corrections: list[dict[str, Any]], query: Any, folder: str, fmt: str) -> None:
-    """The table written by Spark (any filesystem Spark reaches, any file format)."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import LongType, StringType, StructField, StructType
-
-    types = {f.name: f.dataType for f in query.frame.schema.fields}
-    keys, values = _columns(corrections)
-    fields = [StructField("window_start_ms", LongType()), StructField("window_end_ms", LongType())]
-    fields += [StructField(k, StringType() if type(types[k]).__name__ not in _NUMERIC else types[k]) for k in keys]
-    fields += [StructField(v, types[v]) for v in values]
-    fields += [StructField(f"emitted_{v}", types[v]) for v in values]
-    fields += [StructField("late_rows", LongType()), StructField("run", StringType()), StructField("batch_id", LongType())]
-    rows = []
-    for c in corrections:
-        emitted = c["emitted"] or {}
-        rows.append([c["window_start_ms"], c["window_end_ms"], *[_typed(c["keys"][k], types[k]) for k in keys],
-                     *[_typed(c["corrected"][v], types[v]) for v in values],
-                     *[_typed(emitted.get(v), types[v]) for v in values], c["late_rows"], c["run"], c["batch_id"]])
-    frame = spark.createDataFrame(rows, StructType(fields))
-    frame = frame.select(F.timestamp_millis("window_start_ms").alias("window_start"),
-                         F.timestamp_millis("window_end_ms").alias("window_end"), "*").drop("window_start_ms",
-                                                                                             "window_end_ms")
-    frame.coalesce(1).write.mode("overwrite").format(fmt).save(folder)
-
-
-def _typed(value: Any, data_type: Any) -> Any:
-    """A JSON value back in the column's Python type (an integer column's value as int)."""
-    if value is None:
-        return None
-    kind = type(data_type).__name__
-    if kind in ("ByteType", "ShortType", "IntegerType", "LongType"):
-        return int(value)
-    if kind in ("FloatType", "DoubleType"):
-        return float(value)
-    if kind == "DecimalType":
-        from decimal import Decimal
-
-        return Decimal(str(value))
-    return str(value) if kind not in _NUMERIC else value

@@ -50,10 +50,12 @@ from typing import Any, Callable
 
 log = logging.getLogger("watermark_ops.spark")
 
-__all__ = ["EXIT_REPLAY_FAILED", "main", "parse_launch_args"]
+__all__ = ["EXIT_REPLAY_FAILED", "EXIT_WINDOW_MISMATCH", "main", "parse_launch_args"]
 
 #: The exit status of a run whose queries finished but whose batches could not be replayed in Spark.
 EXIT_REPLAY_FAILED = 6
+#: The exit status of a run whose declared window disagrees with its query's plan (nothing started).
+EXIT_WINDOW_MISMATCH = 8
 
 
 def parse_launch_args(argv: list[str]) -> tuple[argparse.Namespace, str, list[str]]:
@@ -68,8 +70,9 @@ def parse_launch_args(argv: list[str]) -> tuple[argparse.Namespace, str, list[st
     from watermark_ops.spark.recorder import add_data_interval_arguments, data_interval_of
 
     add_data_interval_arguments(parser)  # the DAG run's data interval, stamped on every progress record
-    parser.add_argument("--window", help="the query's tumbling event-time window ('1 hour'): late rows are those "
-                                         "whose window closed; without it, those whose event time is behind the watermark")
+    parser.add_argument("--window", help="the query's time window duration ('1 hour'), checked against its plan "
+                                         "(the window, its slide and a session window's gap are read from the plan; "
+                                         "a declaration that disagrees stops the run)")
     parser.add_argument("--event-time", help="the landed field the event time comes from (default: the column "
                                              "withWatermark is called on)")
     parser.add_argument("--watermark-column", help="the column withWatermark is called on, when the job has several")
@@ -111,8 +114,6 @@ def parse_launch_args(argv: list[str]) -> tuple[argparse.Namespace, str, list[st
             allowed_lateness_ms(args.allowed_lateness)
         except ValueError as exc:
             parser.error(f"--allowed-lateness: {exc}")
-        if not args.window:
-            parser.error("--allowed-lateness needs --window (the windows it corrects)")
     try:
         args.data_interval = data_interval_of(args)
     except ValueError as exc:
@@ -138,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         EXIT_SERVER_LOST,
         EXIT_VERSION_MISMATCH,
     )
+    from watermark_ops.core.ledger.windows import WindowMismatch
     from watermark_ops.spark.lock import CheckpointInUse
     from watermark_ops.spark.restart import RestartRefused, clear_diagnosis
     from watermark_ops.spark.session import remote_session, server_lost, stop_session
@@ -170,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     attachment = Attachment(args.run_tag, lambda started, progress: _late_rule(args, attachment, started, progress),
                             lock_holder={"spark_connect": remote} if remote else None, on_takeover=stop_orphans,
                             partition=partition, accept_changes=args.accept_changes,
-                            data_interval=args.data_interval)
+                            data_interval=args.data_interval, before_start=lambda ck, shape: _check_window(args, ck, shape))
     code = 0
     refused = None
     try:
@@ -197,6 +199,9 @@ def main(argv: list[str] | None = None) -> int:
     except CheckpointInUse as exc:
         log.error("not started: %s", exc)
         return EXIT_CHECKPOINT_IN_USE
+    except WindowMismatch as exc:
+        log.error("not started: %s", exc)
+        return EXIT_WINDOW_MISMATCH
     except RestartRefused as exc:
         refused = exc.diagnosis
         if refused.spark_error:
@@ -230,6 +235,7 @@ def _run_script(script: str, script_args: list[str], namespace: dict[str, Any]) 
     import builtins
     import types
 
+    from watermark_ops.core.ledger.windows import WindowMismatch
     from watermark_ops.spark.lock import CheckpointInUse
     from watermark_ops.spark.restart import RestartRefused
     from watermark_ops.spark.twin import CannotTwin
@@ -248,7 +254,7 @@ def _run_script(script: str, script_args: list[str], namespace: dict[str, Any]) 
             return exc.code or 0
         print(exc.code, file=sys.stderr)
         return 1
-    except (CheckpointInUse, RestartRefused, CannotTwin):
+    except (CheckpointInUse, RestartRefused, CannotTwin, WindowMismatch):
         raise
     except Exception:
         traceback.print_exc()
@@ -364,7 +370,8 @@ def _late_rule(args: argparse.Namespace, attachment, started, progress: dict[str
         log.warning("query %s: no withWatermark seen: recorded without a late rule", started.name)
         return None
     field = args.event_time or column
-    rule = late_rule("window_end" if args.window else "event_time", field, delay or "0 seconds", window=args.window)
+    window = _window(args, started)
+    rule = late_rule(window.kind, field, delay or "0 seconds", **window.late_rule_arguments())
     inputs = []
     for source in _sources_of(progress, attachment, args.landing):
         if source is None:
@@ -379,6 +386,25 @@ def _late_rule(args: argparse.Namespace, attachment, started, progress: dict[str
     if inputs:
         rule["inputs"] = inputs
     return rule
+
+
+def _window(args: argparse.Namespace, started) -> Any:
+    """The declared query's window (:func:`watermark_ops.core.ledger.windows.window_of`: its plan's, checked
+    against ``--window``)."""
+    from watermark_ops.core.ledger.windows import window_of
+
+    return window_of(started.started_with, args.window, f"query {started.name or started.checkpoint}")
+
+
+def _check_window(args: argparse.Namespace, checkpoint: str, shape: Any) -> None:
+    """Before the declared checkpoint's query starts: a declared window that disagrees with its plan
+    stops the run (:class:`~watermark_ops.core.ledger.windows.WindowMismatch`, one line)."""
+    from watermark_ops.core.ledger.windows import window_of
+    from watermark_ops.spark.attach import same_location
+
+    if shape is not None and same_location(checkpoint, args.checkpoint):
+        window = window_of(shape.to_dict(), args.window, f"the query on {checkpoint}")
+        log.info("the query's window, read from its plan: %s", window)
 
 
 def _pre_watermark_function(spec: str, script: str, namespace: dict[str, Any]) -> Callable[[Any], Any]:
@@ -440,7 +466,6 @@ def _twin(args: argparse.Namespace, attachment, script: str, script_args: list[s
     from watermark_ops.core.ledger.corrections import allowed_lateness_ms, files_for_windows
     from watermark_ops.core.ledger.plan import plan_batches
     from watermark_ops.core.ledger.replayed import read_replay_log, replay_log_path, replay_record
-    from watermark_ops.core.ledger.rule import interval_ms
     from watermark_ops.spark.corrections import window_parts, window_range
     from watermark_ops.spark.recorder import append_json_lines
     from watermark_ops.spark.twin import CannotTwin, run_twin
@@ -463,10 +488,12 @@ def _twin(args: argparse.Namespace, attachment, script: str, script_args: list[s
     sources = [s for s in _sources_of(records[-1], attachment, args.landing) if s is not None]
     main_path = sources[0].path if len(sources) == 1 else None
     files = [uri for plan in plans for _, uri in plan.files]
-    allowed, window_ms = allowed_lateness_ms(args.allowed_lateness), interval_ms(args.window)
-    span = window_range(plans, allowed, window_ms) if allowed and window_ms else None
+    rule = plans[0].rule
+    allowed, extent = allowed_lateness_ms(args.allowed_lateness), rule.window_ms or rule.gap_ms
+    span = window_range(plans, allowed, extent, rule.kind == "session") if allowed and extent else None
     if span is not None:  # the earlier files whose rows the windows to correct may hold
-        files += [f for f in files_for_windows(read_replay_log(started.checkpoint)[0], [span]) if f not in files]
+        events = (span[0], span[2] if rule.kind == "session" else span[1])
+        files += [f for f in files_for_windows(read_replay_log(started.checkpoint)[0], [events]) if f not in files]
 
     def files_for(location: str | None) -> list[str]:
         from watermark_ops.spark.attach import same_location
@@ -486,7 +513,7 @@ def _twin(args: argparse.Namespace, attachment, script: str, script_args: list[s
         parts = []
         if span is not None:
             try:
-                parts, shape, emitted = window_parts(attachment.spark, main, window_ms, *span)
+                parts, shape, emitted = window_parts(attachment.spark, main, rule, *span)
             except CannotTwin as exc:
                 log.warning("no corrections for this run: %s", exc)
         made, extra = twin_records(attachment.spark, plans, twin, main, column, args.reason_column, query_id=query_id,
@@ -531,11 +558,14 @@ def _correct(args: argparse.Namespace, attachment, checkpoint: str, made: list[d
              shape: tuple, query, allowed_ms: int) -> None:
     """Publish the run's corrections (:mod:`watermark_ops.spark.corrections`); never fails the run: a
     window that cannot be corrected is named in one line and its late rows stay in the ledger."""
+    from watermark_ops.core.ledger.corrections import read_corrections
     from watermark_ops.spark.corrections import corrections_from, write_corrections
 
     try:
-        corrections = corrections_from(rows, shape, made, allowed_ms, args.run_tag)
-        folder = write_corrections(attachment.spark, corrections, query, checkpoint, args.corrections_path)
+        earlier = read_corrections(checkpoint)[0] if shape.session else []
+        corrections = corrections_from(rows, shape, made, allowed_ms, args.run_tag, earlier)
+        folder = write_corrections(attachment.spark, corrections, query, checkpoint, args.corrections_path,
+                                   shape.table_names)
     except Exception as exc:  # noqa: BLE001 - the run's data and ledger stand; its corrections are what failed
         traceback.print_exc()
         log.warning("no corrections for this run: %s", exc)

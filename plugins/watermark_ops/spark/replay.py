@@ -162,11 +162,9 @@ def _late_predicate(plan: BatchPlan, event_us):
     only to choose which rows' content to bring back: the rule itself is applied by ``tally``."""
     from pyspark.sql import functions as F
 
-    watermark_us = F.lit(plan.late_watermark_ms * 1000)
-    if plan.rule.kind == "window_end":
-        size = F.lit(plan.rule.window_ms * 1000)
-        return (event_us - F.pmod(event_us, size) + size) <= watermark_us
-    return event_us <= watermark_us
+    from watermark_ops.spark.twin_ledger import late_expression
+
+    return late_expression(plan.rule, event_us, F.lit(plan.late_watermark_ms * 1000))
 
 
 def _filtered_example(indexed, out, landed: list[str], files: list[str], header: int):

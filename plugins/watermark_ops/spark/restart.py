@@ -73,7 +73,7 @@ def query_shape(frame: Any) -> QueryShape:
             source = {**source, "path": os.path.abspath(path)}
         sources.append(source)
     return QueryShape(tuple(sources), shape.operators, shape.operators_known, shape.watermarks,
-                      shape.window_durations_ms)
+                      shape.window_durations_ms, windows=shape.windows, window_columns=shape.window_columns)
 
 
 def _now_ms() -> int:

@@ -49,7 +49,7 @@ from watermark_ops.spark.twin import CannotTwin, Twin, TwinQuery
 
 log = logging.getLogger("watermark_ops.spark")
 
-__all__ = ["REASON_COLUMNS", "file_key", "locate_lines", "twin_records"]
+__all__ = ["REASON_COLUMNS", "file_key", "late_expression", "locate_lines", "twin_records"]
 
 #: Column names that make another query of the job a reject query (after the declared reason column).
 REASON_COLUMNS = ("reason", "reject_reason", "rejection_reason", "quarantine_reason", "error")
@@ -129,6 +129,22 @@ def locate_lines(uri: str, fmt: str, options: dict[str, Any], events: list[dict[
     return lines
 
 
+def late_expression(rule: Any, event_us: Any, late_us: Any) -> Any:
+    """Spark's late test of a row (``rule``: :class:`watermark_ops.core.ledger.rule.LateRule`) as a
+    column: dropped from at least one window. A time window's earliest end above the event time
+    ``t`` (epoch µs) is ``s + size`` with ``s = (t - size) - pmod(t - size - offset, slide) + slide``,
+    the first window start after ``t - size``; a session row's one-row session ends at ``t + gap``."""
+    from pyspark.sql import functions as F
+
+    if rule.kind == "window_end":
+        size, slide = F.lit(rule.window_ms * 1000), F.lit((rule.slide_ms or rule.window_ms) * 1000)
+        before = event_us - size
+        return (before - F.pmod(before - F.lit(rule.offset_ms * 1000), slide) + slide + size) <= late_us
+    if rule.kind == "session":
+        return (event_us + F.lit(rule.gap_ms * 1000)) <= late_us
+    return event_us <= late_us
+
+
 def _key_column():
     from pyspark.sql import functions as F
 
@@ -183,7 +199,7 @@ def twin_records(spark: Any, plans: list[BatchPlan], twin: Twin, main: TwinQuery
     if entering is None:
         raise CannotTwin(f"the job's batch twin called no withWatermark on {watermark_column!r} (calls: "
                          f"{[c for _, c, _ in twin.watermarks]}); declare pre_watermark instead")
-    rules = {(p.rule.kind, p.rule.window_ms) for p in plans}
+    rules = {(p.rule.kind, p.rule.window_ms, p.rule.slide_ms, p.rule.offset_ms, p.rule.gap_ms) for p in plans}
     if len(rules) != 1:
         raise CannotTwin(f"the run's batches were recorded with {len(rules)} late rules: expected one per run")
     rule = plans[0].rule
@@ -202,11 +218,7 @@ def twin_records(spark: Any, plans: list[BatchPlan], twin: Twin, main: TwinQuery
     own_reason = reason_column if reason_column and reason_column in entering.columns else None
     shown = [c for c in entering.columns if c != _KEY]
     event_us = F.unix_micros(F.col(f"`{watermark_column}`"))
-    if rule.kind == "window_end":
-        size = F.lit(rule.window_ms * 1000)
-        late = (event_us - F.pmod(event_us, size) + size) <= late_us
-    else:
-        late = event_us <= late_us
+    late = late_expression(rule, event_us, late_us)
     reason = F.col(f"`{own_reason}`").cast("string") if own_reason else F.lit(None).cast("string")
     joined = frame.where(F.col(_KEY).isin(table))
     wanted = reason.isNotNull() | late

@@ -21,7 +21,15 @@ those rows exactly; with an allowed lateness, after each run:
        "corrected": {column: value},           # the window's result over every row of it
        "late_rows": int,                       # the recoverable late rows it adds
        "run": str, "batch_id": int,            # the run (its tag) and batch that dropped them
+       "retracts": [{"window_start_ms", "window_end_ms", "values"}],  # session windows only: the
+                                               # sessions (emitted, or corrected before) it replaces
        "write": int}                           # the write's instant (epoch ms UTC)
+
+  A session window's correction is the session over every landed row of its keys that holds a
+  recoverable late row; it **retracts** each session published before (by Spark, or by an earlier
+  correction) that overlaps it: a late row can extend one session or bridge two into one. A
+  consumer that applies the corrections in order (remove the retracted, add the corrected) holds
+  the sessions over every landed row.
 
   The column names are the job's own output columns. :func:`read_corrections` keeps, per run, only
   its newest write (a rerun of a run is written again, never twice), in the order made;
@@ -117,8 +125,11 @@ def read_corrections(checkpoint: str, *, filesystem: Any = None,
 
 
 def standing(corrections: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The newest correction of each window and keys, in the order of their windows and keys."""
+    """The newest correction of each window and keys, in the order of their windows and keys; a
+    session correction's ``retracts`` removes the earlier corrections of the sessions it replaces."""
     latest: dict[tuple, dict[str, Any]] = {}
     for correction in corrections:
+        for retracted in correction.get("retracts") or ():
+            latest.pop(window_key({**retracted, "keys": correction.get("keys")}), None)
         latest[window_key(correction)] = correction
     return [latest[key] for key in sorted(latest, key=lambda k: (k[0], k[1], k[2]))]

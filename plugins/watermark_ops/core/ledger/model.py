@@ -34,7 +34,12 @@ class LateRow:
     :ivar watermark_ms: the watermark it missed: the batch's watermark for late rows
         (:attr:`BatchLedger.late_watermark_ms`: ``offsets/N-1``'s or ``offsets/N``'s ``batchWatermarkMs``).
     :ivar late_by_ms: watermark minus the rule's instant (window end or event time), >= 0.
-    :ivar window_start_ms: / window_end_ms: its window (``window_end`` rule), else None.
+    :ivar window_start_ms: / window_end_ms: the earliest window it was dropped from (a tumbling
+        window's only one; a session window's one-row session ``[event time, event time + gap)``),
+        None for an ``event_time`` rule.
+    :ivar windows_dropped: every window it was dropped from, ``((start ms, end ms), ...)`` earliest
+        first (a sliding window's row may lose some of its windows and keep the others).
+    :ivar windows_kept: how many of its windows kept it (> 0: dropped from only some of them).
     """
 
     batch_id: int
@@ -46,15 +51,39 @@ class LateRow:
     late_by_ms: int
     window_start_ms: int | None = None
     window_end_ms: int | None = None
+    windows_dropped: tuple[tuple[int, int], ...] = ()
+    windows_kept: int = 0
+
+    @property
+    def dropped_windows(self) -> tuple[tuple[int, int], ...]:
+        """:attr:`windows_dropped`, or the one window of a row recorded without them (a record older
+        than sliding windows), or none."""
+        if self.windows_dropped:
+            return self.windows_dropped
+        return ((self.window_start_ms, self.window_end_ms),) if self.window_end_ms is not None else ()
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: the fields plus ``event_time`` and ``watermark`` as ISO-8601 UTC text."""
+        """JSON-ready: the fields plus ``event_time`` and ``watermark`` as ISO-8601 UTC text;
+        ``windows_dropped`` as ``[{"window_start_ms", "window_end_ms"}]``."""
         return {
             "batch_id": self.batch_id, "source_file": self.source_file, "line": self.line, "event": self.event,
             "event_time_ms": self.event_time_ms, "event_time": iso_utc(self.event_time_ms),
             "watermark_ms": self.watermark_ms, "watermark": iso_utc(self.watermark_ms),
             "late_by_ms": self.late_by_ms, "window_start_ms": self.window_start_ms, "window_end_ms": self.window_end_ms,
+            "windows_dropped": [{"window_start_ms": a, "window_end_ms": b} for a, b in self.dropped_windows],
+            "windows_kept": self.windows_kept,
         }
+
+    @classmethod
+    def from_dict(cls, item: dict[str, Any], batch_id: int) -> LateRow:
+        """The inverse of :meth:`to_dict` (a replay record's late row), in batch ``batch_id``.
+
+        :raises KeyError: / ValueError: / TypeError: when a required field is missing or not a number.
+        """
+        dropped = tuple((int(w["window_start_ms"]), int(w["window_end_ms"])) for w in item.get("windows_dropped") or ())
+        return cls(batch_id, item.get("source_file"), item.get("line"), item.get("event") or {},
+                   int(item["event_time_ms"]), int(item["watermark_ms"]), int(item["late_by_ms"]),
+                   item.get("window_start_ms"), item.get("window_end_ms"), dropped, int(item.get("windows_kept") or 0))
 
 
 @dataclass(frozen=True)
@@ -114,8 +143,18 @@ class BatchLedger:
 
     @property
     def rows_late(self) -> int:
-        """Rows dropped as late."""
+        """Rows dropped as late (from at least one of their windows)."""
         return len(self.late_rows)
+
+    @property
+    def window_drops(self) -> int:
+        """(row, window) drops: each late row counted once per window it was dropped from."""
+        return sum(len(row.dropped_windows) or 1 for row in self.late_rows)
+
+    @property
+    def rows_late_partly(self) -> int:
+        """Late rows dropped from only some of their windows (kept in the others)."""
+        return sum(1 for row in self.late_rows if row.windows_kept > 0)
 
     @property
     def partition_column(self) -> str | None:
@@ -137,7 +176,8 @@ class BatchLedger:
     def summary(self) -> dict[str, Any]:
         """JSON-ready, without the rows: ``{"batch_id", "replayed", "watermark_ms", "watermark",
         "timestamp_ms", "files", "log_offsets", "rows_read", "rows_quarantined", "rows_aggregated",
-        "rows_late", "late_by_partition" (by the job's partition column), "worst_late_by_ms",
+        "rows_late", "window_drops" ((row, window) drops), "rows_late_partly" (rows dropped from only
+        some of their windows), "late_by_partition" (by the job's partition column), "worst_late_by_ms",
         "spark_input_rows", "late_partial_aggregates_spark" (Spark's count),
         "rule", "partition_column", "behind_leader_before_ms": {partition: ms} | None, "late_watermark_ms",
         "late_watermark" (ISO), "late_watermark_rule": LateWatermarkRule.to_dict() | None, "replayed_by",
@@ -151,6 +191,8 @@ class BatchLedger:
             "timestamp_ms": self.timestamp_ms, "files": list(self.files), "log_offsets": self.log_offsets,
             "rows_read": self.rows_read if known else None, "rows_quarantined": dict(self.rows_quarantined),
             "rows_aggregated": self.rows_aggregated if known else None, "rows_late": self.rows_late if known else None,
+            "window_drops": self.window_drops if known else None,
+            "rows_late_partly": self.rows_late_partly if known else None,
             "late_by_partition": self.late_by_partition(),
             "worst_late_by_ms": max((r.late_by_ms for r in self.late_rows), default=None),
             "spark_input_rows": self.spark_input_rows, "late_partial_aggregates_spark": self.spark_rows_dropped,
@@ -217,8 +259,8 @@ class LateLedger:
 
     def totals(self) -> dict[str, Any]:
         """Over the replayed batches: ``{"late_rows_known": bool (:attr:`complete`), "rows_read",
-        "rows_aggregated", "rows_late" (both None unless every batch was replayed: a part of the
-        batches' rows is not the ledger's figure), "replayed_batch_ids", "rows_late_replayed",
+        "rows_aggregated", "rows_late", "window_drops", "rows_late_partly" (None unless every batch
+        was replayed: a part of the batches' rows is not the ledger's figure), "replayed_batch_ids", "rows_late_replayed",
         "rows_aggregated_replayed" (the replayed batches' own, named as such),
         "rows_quarantined", "quarantined_by_reason", "late_by_batch": {id: rows},
         "late_by_partition": {value of the job's partition column: rows},
@@ -242,6 +284,8 @@ class LateLedger:
             "rows_read": sum(b.rows_read for b in replayed),
             "rows_aggregated": sum(b.rows_aggregated for b in replayed) if known else None,
             "rows_late": sum(b.rows_late for b in replayed) if known else None,
+            "window_drops": sum(b.window_drops for b in replayed) if known else None,
+            "rows_late_partly": sum(b.rows_late_partly for b in replayed) if known else None,
             "replayed_batch_ids": [b.batch_id for b in replayed],  # what the two figures below are over
             "rows_late_replayed": sum(b.rows_late for b in replayed),
             "rows_aggregated_replayed": sum(b.rows_aggregated for b in replayed),

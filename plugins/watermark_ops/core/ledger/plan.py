@@ -261,8 +261,10 @@ def tally(plan: BatchPlan, rows: Iterable[ReplayRow], replayed_by: str, *, rows_
         if not is_late:
             aggregated += 1
             continue
+        dropped = tuple(plan.rule.windows_dropped(row.event_us, plan.late_watermark_ms))
+        kept = len(plan.rule.windows_of(row.event_us)) - len(dropped)
         late.append(LateRow(plan.batch_id, row.file, row.line, row.event or {}, row.event_us // 1000,
-                            plan.late_watermark_ms, late_by, start_ms, end_ms))
+                            plan.late_watermark_ms, late_by, start_ms, end_ms, dropped, kept))
     files = tuple(dict.fromkeys(uri for _, uri in plan.files))
     read = rows_read if rows_read is not None else seen
     return BatchLedger(plan.batch_id, True, plan.watermark_ms, plan.timestamp_ms, files, plan.log_offsets, read,

@@ -32,19 +32,24 @@ __all__ = ["PUBLIC_FIELDS", "corrected_windows", "corrections_event", "public_co
            "split_recovered"]
 
 #: A correction's fields as every face shows them, in this order (the log's internal ``write`` left out).
-PUBLIC_FIELDS = ("window_start_ms", "window_end_ms", "keys", "emitted", "corrected", "late_rows", "run", "batch_id")
+PUBLIC_FIELDS = ("window_start_ms", "window_end_ms", "keys", "emitted", "corrected", "late_rows", "run", "batch_id",
+                 "retracts")
 
 
 def _plain(row: Any) -> dict[str, Any]:
     return row if isinstance(row, dict) else row.to_dict()
 
 
-def _index(corrections: list[dict[str, Any]]) -> dict[tuple[int, int], list[dict[str, Any]]]:
-    """The standing corrections per ``(window start ms, window end ms)``."""
+def _index(corrections: list[dict[str, Any]]) -> tuple[dict[tuple[int, int], list[dict[str, Any]]], list[dict]]:
+    """The standing corrections per ``(window start ms, window end ms)``, and the standing session
+    corrections (those carrying ``retracts``), which hold a row by its event time."""
     by_window: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    sessions = []
     for correction in standing(corrections):
         by_window.setdefault((correction["window_start_ms"], correction["window_end_ms"]), []).append(correction)
-    return by_window
+        if "retracts" in correction:
+            sessions.append(correction)
+    return by_window, sessions
 
 
 def _covers(correction: dict[str, Any], row: dict[str, Any]) -> bool:
@@ -54,20 +59,30 @@ def _covers(correction: dict[str, Any], row: dict[str, Any]) -> bool:
     return all(str(event[k]) == str(v) for k, v in (correction.get("keys") or {}).items() if k in event)
 
 
+def _dropped_windows(row: dict[str, Any]) -> list[tuple[Any, Any]]:
+    found = [(w.get("window_start_ms"), w.get("window_end_ms")) for w in row.get("windows_dropped") or ()]
+    return found or [(row.get("window_start_ms"), row.get("window_end_ms"))]
+
+
 def split_recovered(late_rows: Iterable[Any], corrections: list[dict[str, Any]]) -> tuple[list[dict], list[dict]]:
-    """``(recovered, dropped for good)`` of late rows, by the corrections (module docstring).
+    """``(recovered, dropped for good)`` of late rows, by the corrections (module docstring): a row
+    is recovered when each window it was dropped from (``windows_dropped``: a sliding window's row
+    may lose several) has a standing correction for its keys, or, for a session window, when a
+    standing session correction of its keys (one with ``retracts``) holds its event time.
 
     :param late_rows: ``LateRow`` values or their ``to_dict()`` shapes (``batch_id``,
-        ``window_start_ms``, ``window_end_ms`` epoch ms UTC, ``event``).
+        ``window_start_ms``, ``window_end_ms``, ``windows_dropped``, ``event_time_ms`` epoch ms UTC, ``event``).
     :param corrections: :func:`~watermark_ops.core.ledger.corrections.read_corrections`' list.
     :return: the rows as dicts, each in one of the two lists, in the order given.
     """
-    by_window = _index(corrections)
+    by_window, sessions = _index(corrections)
     recovered, dropped = [], []
     for item in late_rows:
         row = _plain(item)
-        window = (row.get("window_start_ms"), row.get("window_end_ms"))
-        hit = any(_covers(c, row) for c in by_window.get(window, ()))
+        at = row.get("event_time_ms")
+        held = any(_covers(c, row) and at is not None and c["window_start_ms"] <= at < c["window_end_ms"]
+                   for c in sessions)
+        hit = held or all(any(_covers(c, row) for c in by_window.get(window, ())) for window in _dropped_windows(row))
         (recovered if hit else dropped).append(row)
     return recovered, dropped
 
@@ -96,11 +111,13 @@ def recovery(late_rows: Iterable[Any] | None, corrections: list[dict[str, Any]],
 
 def public_correction(correction: dict[str, Any]) -> dict[str, Any]:
     """A correction as the faces show it: :data:`PUBLIC_FIELDS` only, in that order (``keys`` ``{}``
-    when absent, ``emitted`` None when never emitted)."""
+    when absent, ``emitted`` None when never emitted; ``retracts`` only on a session window's
+    correction: ``[{"window_start_ms", "window_end_ms", "values"}]``, the sessions it replaces)."""
     return {"window_start_ms": correction["window_start_ms"], "window_end_ms": correction["window_end_ms"],
             "keys": dict(correction.get("keys") or {}), "emitted": correction.get("emitted"),
             "corrected": dict(correction["corrected"]), "late_rows": correction.get("late_rows"),
-            "run": correction.get("run"), "batch_id": correction.get("batch_id")}
+            "run": correction.get("run"), "batch_id": correction.get("batch_id"),
+            **({"retracts": [dict(r) for r in correction["retracts"]]} if "retracts" in correction else {})}
 
 
 def corrected_windows(corrections: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -124,9 +124,7 @@ def batch_from_record(plan: BatchPlan, record: dict[str, Any]) -> tuple[BatchLed
         return plan.unreplayed(), f"batch {plan.batch_id}: the Spark replay was not exact: {'; '.join(record['problems'])}"
     rows = []
     for item in record.get("late_rows") or []:
-        rows.append(LateRow(plan.batch_id, item.get("source_file"), item.get("line"), item.get("event") or {},
-                            int(item["event_time_ms"]), int(item["watermark_ms"]), int(item["late_by_ms"]),
-                            item.get("window_start_ms"), item.get("window_end_ms")))
+        rows.append(LateRow.from_dict(item, plan.batch_id))
     batch = BatchLedger(plan.batch_id, True, plan.watermark_ms, plan.timestamp_ms, tuple(planned), plan.log_offsets,
                         int(record["rows_read"]), {str(k): int(v) for k, v in (record.get("rows_quarantined") or {}).items()},
                         int(record.get("rows_aggregated") or 0), tuple(rows), rule=plan.rule,

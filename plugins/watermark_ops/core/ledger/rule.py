@@ -4,9 +4,17 @@ A job's progress records carry the rule (``late_rule``, written by the recorder:
 :mod:`watermark_ops.spark.recorder`), so a reader of the checkpoint recovers every dropped row
 without guessing the plan:
 
-* ``window_end`` (a tumbling event-time window aggregation): a row is late when its window's
-  end (``floor(event time / window_ms) * window_ms + window_ms``) is ``<=`` the watermark for
-  late rows (``WatermarkSupport.watermarkExpression``: ``window.end <= watermark``);
+* ``window_end`` (an event-time ``window(...)`` aggregation, tumbling or sliding): each (row,
+  window) pair is judged alone (the ``Expand`` of ``TimeWindowing`` makes one row per window before
+  the late filter): a row is dropped from each of its windows whose end is ``<=`` the watermark for
+  late rows (``WatermarkSupport.watermarkExpression``: ``window.end <= watermark``), and kept in the
+  others. A row's windows start at ``offset_ms + k * slide_ms`` and hold it when ``start <= event
+  time < start + window_ms`` (``TimeWindowing``: ``lastStart = t - (t - offset) % slide``, then one
+  window per ``slide`` back while it holds the row); tumbling: ``slide_ms == window_ms``;
+* ``session`` (a ``session_window(...)`` aggregation with a static gap ``gap_ms``): each input row is
+  judged alone as its one-row session ``[event time, event time + gap)``, before any merge: dropped
+  when ``event time + gap <= `` that watermark (observed on real runs, ``spark-checkpoint-facts.md``;
+  ``SessionWindowing`` makes the one-row session, ``UpdatingSessionsExec`` merges after the filter);
 * ``event_time`` (deduplication, stream-stream join): late when the event time is ``<=`` that
   watermark. For the join's second input this is an approximation: Spark filters that side with
   a state watermark derived from the join's time-range condition.
@@ -59,12 +67,22 @@ PREVIOUS_WATERMARK_SINCE = (3, 4)
 _VERSION = re.compile(r"^\s*([0-9]+)\.([0-9]+)")
 #: The JSON kinds a landed value is checked against by the Python replay (``schema_kinds`` of a DDL).
 KINDS = ("long", "int", "double", "string")
+#: The kinds of late rule (module docstring).
+KINDS_OF_RULE = ("window_end", "session", "event_time")
 #: How a source's rows are made: the package's JSON classification, or the job's own parsing.
 PARSINGS = ("classified", "job")
 
 
 class LedgerError(ValueError):
     """Bad input for the ledger as a whole (e.g. a late rule of an unknown shape): names the file or record."""
+
+
+def _integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _positive(value: Any) -> bool:
+    return _integer(value) and value > 0
 
 
 @dataclass(frozen=True)
@@ -215,9 +233,12 @@ class InputProfile:
 class LateRule:
     """Which rows a query drops as late (the ``late_rule`` of its progress records).
 
-    :ivar kind: ``window_end`` or ``event_time`` (module docstring).
+    :ivar kind: ``window_end``, ``session`` or ``event_time`` (module docstring).
     :ivar event_time: the landed event-time field per source, in plan order.
-    :ivar window_ms: the tumbling window's length (``window_end`` only).
+    :ivar window_ms: the window's length (``window_end`` only).
+    :ivar slide_ms: / offset_ms: the window's slide and start offset (``window_end``; a tumbling
+        window's slide is its length, its offset 0).
+    :ivar gap_ms: the session window's gap (``session`` only).
     :ivar delay_threshold_ms: the ``withWatermark`` delay threshold per source (informative: the
         watermark itself is read from the offset log), None when unknown.
     :ivar max_event_time_ahead_ms: the job's future-time tolerance, None when off.
@@ -231,6 +252,9 @@ class LateRule:
     delay_threshold_ms: tuple[int | None, ...] = ()
     max_event_time_ahead_ms: int | None = None
     inputs: tuple[InputProfile, ...] = ()
+    slide_ms: int | None = None
+    offset_ms: int = 0
+    gap_ms: int | None = None
 
     @classmethod
     def from_dict(cls, value: Any, where: str) -> LateRule:
@@ -241,15 +265,20 @@ class LateRule:
         def bad(why: str) -> LedgerError:
             return LedgerError(f"{where}: late_rule {why}; got {json.dumps(value)[:200]}")
 
-        if not isinstance(value, dict) or value.get("kind") not in ("window_end", "event_time"):
-            raise bad('must be an object with "kind" "window_end" or "event_time"')
+        if not isinstance(value, dict) or value.get("kind") not in KINDS_OF_RULE:
+            raise bad('must be an object with "kind" "window_end", "session" or "event_time"')
         fields = value.get("event_time")
         fields = [fields] if isinstance(fields, str) else fields
         if not isinstance(fields, list) or not fields or not all(isinstance(f, str) for f in fields):
             raise bad('needs "event_time": a field name, or one per source')
         window = value.get("window_ms")
-        if value["kind"] == "window_end" and not (isinstance(window, int) and not isinstance(window, bool) and window > 0):
+        if value["kind"] == "window_end" and not _positive(window):
             raise bad('of kind window_end needs "window_ms" > 0')
+        slide, offset, gap = value.get("slide_ms"), value.get("offset_ms") or 0, value.get("gap_ms")
+        if value["kind"] == "window_end" and (slide is not None and not _positive(slide) or not _integer(offset)):
+            raise bad('"slide_ms" must be > 0 and "offset_ms" an integer')
+        if value["kind"] == "session" and not _positive(gap):
+            raise bad('of kind session needs "gap_ms" > 0 (a static gap)')
         delays = value.get("delay_threshold_ms")
         delays = delays if isinstance(delays, list) else [delays] * len(fields)
         ahead = value.get("max_event_time_ahead_ms")
@@ -262,8 +291,11 @@ class LateRule:
         if any(p is None for p in profiles):
             raise bad(f'inputs: expected {{"schema": {{field: one of {sorted(KINDS)}}}, "required": {{reason: field}}}}'
                       f' per source, or {{"parsing": "job", "format": ..., "schema_ddl": ..., "pre_watermark": ...}}')
-        return cls(value["kind"], tuple(fields), window if value["kind"] == "window_end" else None,
-                   tuple(d if isinstance(d, int) else None for d in delays), ahead, tuple(profiles))
+        windowed = value["kind"] == "window_end"
+        return cls(value["kind"], tuple(fields), window if windowed else None,
+                   tuple(d if isinstance(d, int) else None for d in delays), ahead, tuple(profiles),
+                   (slide or window) if windowed else None, offset if windowed else 0,
+                   gap if value["kind"] == "session" else None)
 
     def profile_of(self, source_index: int) -> InputProfile | None:
         """How the source at ``source_index`` is read (the rule's ``inputs`` entry), None when not recorded."""
@@ -277,17 +309,39 @@ class LateRule:
             return self.event_time[0]
         return self.event_time[source_index] if source_index < len(self.event_time) else None
 
+    def windows_of(self, event_us: int) -> list[tuple[int, int]]:
+        """The windows ``[start, end)`` (epoch µs UTC) a row of this event time falls in, earliest
+        first: its time windows (``window_end``), its one-row session (``session``), none otherwise."""
+        if self.kind == "session":
+            return [(event_us, event_us + self.gap_ms * 1000)]
+        if self.kind != "window_end":
+            return []
+        size, slide, offset = self.window_ms * 1000, (self.slide_ms or self.window_ms) * 1000, self.offset_ms * 1000
+        last = event_us - (event_us - offset) % slide  # Python's % is never negative, as Spark's CASE makes it
+        found = []
+        start = last
+        while start + size > event_us:
+            found.append((start, start + size))
+            start -= slide
+        return found[::-1]
+
+    def windows_dropped(self, event_us: int, watermark_ms: int) -> list[tuple[int, int]]:
+        """The windows (epoch ms UTC, earliest first) a row is dropped from by ``watermark_ms``: each
+        whose end is ``<=`` it (module docstring); for ``event_time``, none (:meth:`late` says)."""
+        watermark_us = watermark_ms * 1000
+        return [(start // 1000, end // 1000) for start, end in self.windows_of(event_us) if end <= watermark_us]
+
     def late(self, event_us: int, watermark_ms: int) -> tuple[bool, int, int | None, int | None]:
         """Apply the rule to one good row (event time in epoch µs, Spark's timestamp precision).
 
-        :return: ``(late, late_by_ms, window_start_ms, window_end_ms)``: ``late_by_ms`` is how far
-            the rule's instant (window end, or event time) lies behind the watermark (>= 0 when late).
+        :return: ``(late, late_by_ms, window_start_ms, window_end_ms)``: late when it is dropped from
+            at least one window; the window is the earliest it was dropped from (its only one for a
+            tumbling window), ``late_by_ms`` how far that window's end (or the event time) lies behind
+            the watermark (>= 0 when late); not late: the row's earliest window and a negative figure.
         """
         watermark_us = watermark_ms * 1000
-        if self.kind == "window_end":
-            size = self.window_ms * 1000
-            start = event_us // size * size
-            end = start + size
+        if self.kind in ("window_end", "session"):
+            start, end = self.windows_of(event_us)[0]
             return end <= watermark_us, (watermark_us - end) // 1000, start // 1000, end // 1000
         return event_us <= watermark_us, (watermark_us - event_us) // 1000, None, None
 
@@ -296,6 +350,10 @@ class LateRule:
         document = {"kind": self.kind, "event_time": list(self.event_time), "window_ms": self.window_ms,
                     "delay_threshold_ms": list(self.delay_threshold_ms),
                     "max_event_time_ahead_ms": self.max_event_time_ahead_ms}
+        if self.kind == "window_end" and (self.slide_ms not in (None, self.window_ms) or self.offset_ms):
+            document.update({"slide_ms": self.slide_ms, "offset_ms": self.offset_ms})
+        if self.kind == "session":
+            document["gap_ms"] = self.gap_ms
         if self.inputs:
             document["inputs"] = [p.to_dict(self.field_of(i)) for i, p in enumerate(self.inputs)]
         return document
@@ -359,11 +417,13 @@ def schema_kinds(schema_ddl: str) -> dict[str, str]:
 def late_rule(kind: str, event_time: str | list[str], delay_threshold: str | list[str],
               window: str | None = None, max_event_time_ahead: str | None = None,
               schema: str | list[str] | None = None,
-              required_fields: dict[str, str] | list[dict[str, str]] | None = None) -> dict[str, Any]:
+              required_fields: dict[str, str] | list[dict[str, str]] | None = None, *,
+              slide: str | None = None, offset_ms: int = 0, gap: str | None = None) -> dict[str, Any]:
     """The ``late_rule`` of a progress record (shape in :mod:`watermark_ops.spark.recorder`).
 
-    :param kind: ``"window_end"`` (tumbling window aggregation, ``window`` required) or ``"event_time"``
-        (deduplication or stream-stream join).
+    :param kind: ``"window_end"`` (time window aggregation, ``window`` required; ``slide`` and
+        ``offset_ms`` for a sliding or offset one), ``"session"`` (session window aggregation,
+        ``gap`` required) or ``"event_time"`` (deduplication or stream-stream join).
     :param event_time: the landed field the event time comes from (a list: one per source).
     :param delay_threshold: the ``withWatermark`` delay threshold(s), Spark intervals.
     :param window: the tumbling window duration (``"1 hour"``).
@@ -374,13 +434,22 @@ def late_rule(kind: str, event_time: str | list[str], delay_threshold: str | lis
     :raises ValueError: for another kind, a window_end rule without a window of whole units, or a
         schema type the Python replay cannot read.
     """
-    if kind not in ("window_end", "event_time"):
-        raise ValueError(f"late rule kind must be window_end or event_time, got {kind!r}")
+    if kind not in KINDS_OF_RULE:
+        raise ValueError(f"late rule kind must be one of {', '.join(KINDS_OF_RULE)}, got {kind!r}")
     rule: dict[str, Any] = {"kind": kind, "event_time": event_time}
     if kind == "window_end":
         rule["window_ms"] = interval_ms(window)
         if rule["window_ms"] is None:
             raise ValueError(f"a window_end late rule needs a window such as '1 hour', got {window!r}")
+        if slide is not None or offset_ms:
+            rule["slide_ms"] = interval_ms(slide) if slide is not None else rule["window_ms"]
+            rule["offset_ms"] = int(offset_ms)
+            if rule["slide_ms"] is None:
+                raise ValueError(f"a sliding window needs a slide such as '30 minutes', got {slide!r}")
+    if kind == "session":
+        rule["gap_ms"] = interval_ms(gap)
+        if rule["gap_ms"] is None:
+            raise ValueError(f"a session late rule needs a static gap such as '2 hours', got {gap!r}")
     rule["delay_threshold_ms"] = ([interval_ms(d) for d in delay_threshold] if isinstance(delay_threshold, list)
                                   else interval_ms(delay_threshold))
     rule["max_event_time_ahead_ms"] = interval_ms(max_event_time_ahead)

@@ -107,7 +107,8 @@ def reconcile_run(checkpoint: str, run_tag: str, quarantine_checkpoint: str | No
 
     :param sink: when given, the late rows are written there (:func:`write_late_rows`).
     :param filesystem: / storage_options: how to reach the checkpoint, its logs and landed files.
-    :return: ``{"run_tag", "batch_ids", "rows_in", "rows_aggregated", "rows_late", "rows_quarantined",
+    :return: ``{"run_tag", "batch_ids", "rows_in", "rows_aggregated", "rows_late", "window_drops" ((row,
+        window) drops), "rows_late_partly" (late rows kept in some of their windows), "rows_quarantined",
         "quarantined_by_reason", "quarantine_source": "quarantine_query" | "ledger", "quarantine_rate",
         "set_aside_examples", "balanced": bool, "drop_rate" (rows late / rows in, None without a
         complete ledger), "late_partial_aggregates_spark" (Spark's numRowsDroppedByWatermark),
@@ -136,6 +137,8 @@ def reconcile_run(checkpoint: str, run_tag: str, quarantine_checkpoint: str | No
         "rows_in": rows_in,
         "rows_aggregated": totals["rows_aggregated"],
         "rows_late": totals["rows_late"],
+        "window_drops": totals["window_drops"],
+        "rows_late_partly": totals["rows_late_partly"],
         "rows_quarantined": quarantined,
         "quarantined_by_reason": by_reason,
         "quarantine_source": source,
@@ -169,11 +172,16 @@ def reconcile_run(checkpoint: str, run_tag: str, quarantine_checkpoint: str | No
 def balance_line(run: dict[str, Any]) -> str:
     """One run's balance in words, e.g. ``"948 = 890 aggregated + 48 late (30 recovered by 12
     corrections, 18 dropped for good) + 10 set aside: balanced"`` (the split only with an allowed
-    lateness; ``unknown`` for late rows not known).
+    lateness; ``unknown`` for late rows not known). With sliding windows a row can be dropped from
+    some of its windows and kept in others: it counts as late, and the line adds ``[50 (row, window)
+    drops; 4 of the rows kept in some of their windows]``.
 
     :param run: :func:`reconcile_run`'s result.
     """
     late = ("unknown" if run.get("rows_late") is None else str(run["rows_late"])) + " late"
+    drops, partly = run.get("window_drops"), run.get("rows_late_partly")
+    if drops is not None and (drops != run.get("rows_late") or partly):  # a sliding window's rows
+        late += f" [{drops} (row, window) drops; {partly} of the rows kept in some of their windows]"
     if run.get("rows_late_recovered") is not None:
         count = run.get("corrections") or 0
         late += (f" ({run['rows_late_recovered']} recovered by {count} correction{'' if count == 1 else 's'}, "

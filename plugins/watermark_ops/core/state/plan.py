@@ -23,7 +23,15 @@ reads (Spark 4.x ``treeString``, ``~`` marking a streaming node):
   lists them. A node over a stream that is none of these and not known to be stateless makes the
   operator list unknown (``operators_known`` False): the comparison then leaves operators to Spark;
 * a tumbling or sliding ``window(...)``: the ``TimeWindowing`` rule's ``named_struct(start, ...,
-  end, ... + <duration µs>), LongType, TimestampType)))``.
+  end, ... + <duration µs>), LongType, TimestampType)))`` (a ``Project`` for a tumbling window, an
+  ``Expand`` of one projection per overlapping window for a sliding one), whose
+  ``((precisetimestampconversion(<time>, TimestampType, LongType) - <start offset µs>) % <slide µs>)``
+  gives the slide and the start offset;
+* a ``session_window(...)``: the ``SessionWindowing`` rule's ``named_struct(start, <time>, end,
+  cast(<time> + cast(<gap> as interval) as timestamp))``; a gap that is not an interval literal
+  (a ``CASE`` or a column) is a dynamic gap;
+* the columns a result derives from the window: ``<window>#id.start AS <name>`` and ``.end AS <name>``
+  in a ``Project`` above the aggregation (:attr:`QueryShape.window_columns`).
 
 Pure core: imports neither Airflow nor Spark.
 """
@@ -42,6 +50,9 @@ _SOURCE_NODES = ("StreamingRelation", "StreamingRelationV2", "StreamingExecution
 _FILE_SOURCE = re.compile(r"FileSource\[(.*?)\](?:, \[|$)")
 _WATERMARK = re.compile(r"^(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}, )?(.+?)#(\d+): \w+, (.+)$")
 _WINDOW_END = re.compile(r"\+ (\d+)\), LongType, TimestampType\)\)\)")
+_SLIDE = re.compile(r"\(\(precisetimestampconversion\(([^\s(),#]+)#\d+\S*, TimestampType, LongType\) - (-?\d+)\) % (\d+)\)")
+_SESSION_END = re.compile(r"cast\(([^\s(),#]+)#\d+\S* \+ cast\((.+?) as interval\) as timestamp\)")
+_STRUCT = "named_struct(start, "
 _ATTRIBUTE = re.compile(r"^(.*?)#\d+")
 _HASH = re.compile(r"@[0-9a-f]{4,}")
 _IDS = re.compile(r"#\d+L?(?:-T\d+ms)?")
@@ -72,6 +83,12 @@ class QueryShape:
         operator list may be incomplete: not compared).
     :ivar watermarks: ``{"column", "delay_ms"}`` per ``withWatermark``.
     :ivar window_durations_ms: the durations (ms) of the query's time windows.
+    :ivar windows: each event-time window of the query, in plan order: ``{"kind": "time", "column":
+        the window's output column, "time_column", "duration_ms", "slide_ms", "offset_ms"}`` (tumbling:
+        slide equal to the duration) or ``{"kind": "session", "column", "time_column", "gap_ms":
+        int | None (None: a dynamic gap), "gap": the gap's text}``.
+    :ivar window_columns: ``{"start": name | None, "end": name | None}``: the result's columns derived
+        from the window's start and end (``window.start AS window_start``), empty when none.
     """
 
     sources: tuple[dict[str, Any], ...] = ()
@@ -80,12 +97,15 @@ class QueryShape:
     watermarks: tuple[dict[str, Any], ...] = ()
     window_durations_ms: tuple[int, ...] = ()
     evidence: dict[str, Any] = field(default_factory=dict, compare=False)
+    windows: tuple[dict[str, Any], ...] = field(default=(), compare=False)
+    window_columns: dict[str, str | None] = field(default_factory=dict, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (the progress log's ``started_with``): every attribute but ``evidence``."""
         return {"sources": [dict(s) for s in self.sources], "operators": [dict(o) for o in self.operators],
                 "operators_known": self.operators_known, "watermarks": [dict(w) for w in self.watermarks],
-                "window_durations_ms": list(self.window_durations_ms)}
+                "window_durations_ms": list(self.window_durations_ms), "windows": [dict(w) for w in self.windows],
+                "window_columns": dict(self.window_columns)}
 
     @classmethod
     def from_dict(cls, document: dict[str, Any], evidence: dict[str, Any] | None = None) -> QueryShape:
@@ -99,7 +119,8 @@ class QueryShape:
                        operators_known=bool(document.get("operators_known", True)),
                        watermarks=tuple(dict(w) for w in document.get("watermarks") or ()),
                        window_durations_ms=tuple(int(d) for d in document.get("window_durations_ms") or ()),
-                       evidence=dict(evidence or {}))
+                       evidence=dict(evidence or {}), windows=tuple(dict(w) for w in document.get("windows") or ()),
+                       window_columns=dict(document.get("window_columns") or {}))
         except (AttributeError, TypeError, ValueError) as exc:
             raise ValueError(f"not a query shape ({exc}): {str(document)[:200]}") from None
 
@@ -236,8 +257,64 @@ def parse_analyzed_plan(text: str) -> QueryShape:
             known = False
         elif operator is not None:
             operators.append(operator)
-    windows = sorted({int(d) // 1000 for d in _WINDOW_END.findall(plan)})
-    return QueryShape(tuple(sources), tuple(operators), known, tuple(watermarks), tuple(windows))
+    durations = sorted({int(d) // 1000 for d in _WINDOW_END.findall(plan)})
+    windows = _windows(nodes)
+    return QueryShape(tuple(sources), tuple(operators), known, tuple(watermarks), tuple(durations),
+                      windows=tuple(windows), window_columns=_window_columns(nodes, windows))
+
+
+def _struct_items(node: _Node) -> list[tuple[str, str]]:
+    """``(window expression, output column)`` of each ``named_struct(start, ...)`` a ``Project`` or
+    ``Expand`` node makes (an ``Expand``: its first projection's item, named by its output list)."""
+    if _STRUCT not in node.text:
+        return []
+    if node.name == "Project":
+        found = []
+        for item in _top_level_items(node.text):
+            if item.startswith(_STRUCT) and " AS " in item:
+                expression, _, name = item.rpartition(" AS ")
+                found.append((expression, _key_name(name)))
+        return found
+    if node.name == "Expand":
+        projections = _top_level_items(node.text)
+        outputs = _top_level_items(node.text[node.text.rfind("], [") + 3:]) if "], [" in node.text else []
+        first = _top_level_items(projections[0]) if projections else []
+        return [(item, _key_name(outputs[i])) for i, item in enumerate(first)
+                if item.startswith(_STRUCT) and i < len(outputs)]
+    return []
+
+
+def _windows(nodes: list[_Node]) -> list[dict[str, Any]]:
+    """The event-time windows the plan's ``TimeWindowing`` / ``SessionWindowing`` made (module docstring)."""
+    found: list[dict[str, Any]] = []
+    for node in nodes:
+        for expression, column in _struct_items(node):
+            slide, end, session = _SLIDE.search(expression), _WINDOW_END.search(expression), _SESSION_END.search(expression)
+            if slide and end:
+                found.append({"kind": "time", "column": column, "time_column": slide.group(1),
+                              "duration_ms": int(end.group(1)) // 1000, "slide_ms": int(slide.group(3)) // 1000,
+                              "offset_ms": int(slide.group(2)) // 1000})
+            elif session:
+                gap = session.group(2).strip()
+                found.append({"kind": "session", "column": column, "time_column": session.group(1),
+                              "gap_ms": _interval_ms(gap), "gap": gap})
+    return found
+
+
+def _window_columns(nodes: list[_Node], windows: list[dict[str, Any]]) -> dict[str, str | None]:
+    """The result's columns derived from the window's start and end (the top-most ``Project`` naming them)."""
+    names = {w["column"] for w in windows}
+    for node in nodes:  # pre-order: the top-most projection first
+        if node.name != "Project":
+            continue
+        found: dict[str, str | None] = {}
+        for item in _top_level_items(node.text):
+            match = re.match(r"^(\w+)#\d+\S*?\.(start|end) AS (.+)$", item)
+            if match and match.group(1) in names:
+                found.setdefault(match.group(2), _key_name(match.group(3)))
+        if found:
+            return {"start": found.get("start"), "end": found.get("end")}
+    return {}
 
 
 def _interval_ms(text: str) -> int | None:
