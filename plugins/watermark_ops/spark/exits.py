@@ -40,7 +40,9 @@ def run_driver(main: Callable[[], int]) -> None:
     """The entry point of every job script: ``run_driver(main)`` under ``if __name__ == "__main__"``.
 
     Sets up the driver's logging, starts :func:`exit_with_launcher`, runs ``main`` (which returns the exit status), prints any
-    exception that escapes it, and always ends with :func:`exit_process`. Letting an exception
+    exception that escapes it, and always ends with :func:`exit_process`. A ``SystemExit`` from
+    ``main`` (argparse's ``--help``: 0; a usage error: 2, its one line already on stderr) is the exit
+    status, with no traceback. Letting an exception
     reach the interpreter's own exit is what hung drivers whose JVM was killed: finalization stops
     the daemon threads (the watchdog among them) and then deadlocks in py4j's ``__del__``. Even
     reporting can raise then (stderr is a broken pipe once the JVM is gone), hence the ``finally``.
@@ -52,6 +54,10 @@ def run_driver(main: Callable[[], int]) -> None:
     code = 1
     try:
         code = main()
+    except SystemExit as exc:  # argparse's --help (0) or usage error (2, its one line already on stderr)
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if not isinstance(exc.code, (int, type(None))):
+            print(exc.code, file=sys.stderr)
     except BaseException:  # noqa: BLE001 - reported here, then the process ends with status 1
         try:
             traceback.print_exc()

@@ -56,12 +56,20 @@ __all__ = ["EXIT_REPLAY_FAILED", "main", "parse_launch_args"]
 EXIT_REPLAY_FAILED = 6
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error told in one line on stderr (exit 2) instead of the usage and the error."""
+
+    def error(self, message: str):  # noqa: D102 - argparse's
+        self.exit(2, f"{self.prog}: error: {message} (--help lists the declarations)\n")
+
+
 def parse_launch_args(argv: list[str]) -> tuple[argparse.Namespace, str, list[str]]:
     """``[declarations] -- JOB.py [arguments]`` → ``(declarations, job script, its arguments)``.
 
-    :raises SystemExit: (argparse) for an unknown declaration or a missing script.
+    :raises SystemExit: 0 after printing the help (``--help``); 2 after one line on stderr for an
+        unknown or invalid declaration or a missing script.
     """
-    parser = argparse.ArgumentParser(prog="python -m watermark_ops.spark.launch",
+    parser = _Parser(prog="python -m watermark_ops.spark.launch",
                                      description="Run a Structured Streaming script with the watermark-ops recorder.")
     parser.add_argument("--checkpoint", help="the checkpoint of the query the late rule is about (the job's own)")
     parser.add_argument("--run-tag", help="stamped on every progress record (the DAG's run id)")
@@ -98,6 +106,7 @@ def parse_launch_args(argv: list[str]) -> tuple[argparse.Namespace, str, list[st
     parser.add_argument("--conf", dest="spark_conf", action="append", default=[], metavar="KEY=VALUE",
                         help="with --remote: a session conf (repeatable)")
     if "--" not in argv:
+        parser.parse_args(argv)  # --help prints the help and exits 0; an unknown declaration exits 2
         parser.error("expected '-- JOB.py [its arguments]' after the declarations")
     split = argv.index("--")
     args = parser.parse_args(argv[:split])
