@@ -15,12 +15,12 @@ import sys
 import threading
 import time
 import traceback
-from typing import Callable
+from typing import Any, Callable
 
 from watermark_ops.spark.session import quiet_py4j
 
 __all__ = ["EXIT_CHECKPOINT_IN_USE", "EXIT_RESTART_REFUSED", "EXIT_SERVER_LOST", "EXIT_VERSION_MISMATCH",
-           "exit_process", "exit_with_launcher", "run_driver"]
+           "exit_process", "exit_with_launcher", "hold_exit_handlers", "run_driver"]
 
 #: The exit status of a driver that refused to start: another driver holds the checkpoint.
 EXIT_CHECKPOINT_IN_USE = 3
@@ -109,3 +109,36 @@ def exit_process(code: int) -> None:
         except BaseException:  # noqa: BLE001 - a closed or broken pipe must not stop the exit
             pass
     os._exit(code)
+
+
+def hold_exit_handlers() -> Callable[[], None]:
+    """Hold the exit handlers a job script registers from now on, for the launcher to run once.
+
+    The launcher's process ends with :func:`exit_process` (``os._exit``), which skips ``atexit``: a
+    job's own handler (``atexit.register(write_success_marker)``) would never run. From this call on,
+    ``atexit.register`` keeps the handlers of every module but pyspark's and py4j's (theirs stay
+    with ``atexit``: they stop the JVM) and returns the function, as a decorator needs.
+
+    :return: a function that restores ``atexit.register`` and runs the held handlers once, the last
+        registered first (as Python's exit does); a handler that raises is printed, the others still run.
+    """
+    held: list[tuple[Callable[..., Any], tuple, dict]] = []
+    original = atexit.register
+
+    def register(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Callable[..., Any]:
+        if str(getattr(func, "__module__", "") or "").split(".")[0] in ("pyspark", "py4j"):
+            return original(func, *args, **kwargs)
+        held.append((func, args, kwargs))
+        return func
+
+    def run() -> None:
+        atexit.register = original
+        while held:
+            func, args, kwargs = held.pop()
+            try:
+                func(*args, **kwargs)
+            except Exception:  # noqa: BLE001 - as Python's exit does: printed, the next handler runs
+                traceback.print_exc()
+
+    atexit.register = register
+    return run

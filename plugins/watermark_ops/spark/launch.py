@@ -29,7 +29,8 @@ operator as the application):
    the run's batches in Spark through it (:mod:`watermark_ops.spark.replay`): the exact late rows
    of the job's own parsing, any file format (exit 6 when that replay fails: the run's data is
    committed, its ledger is not);
-5. stops the session, releases the locks and exits with the script's status (``run_driver``: the
+5. runs the exit handlers the script registered (``atexit``; once, the twin's not at all), stops
+   the session, releases the locks and exits with the script's status (``run_driver``: the
    exit path that survives a killed spark-submit).
 
 What the launcher needs and the job does not say is declared once, on the run pattern, and reaches
@@ -146,10 +147,12 @@ def main(argv: list[str] | None = None) -> int:
         EXIT_RESTART_REFUSED,
         EXIT_SERVER_LOST,
         EXIT_VERSION_MISMATCH,
+        hold_exit_handlers,
     )
     from watermark_ops.spark.lock import CheckpointInUse
     from watermark_ops.spark.restart import RestartRefused, clear_diagnosis
     from watermark_ops.spark.session import remote_session, server_lost, stop_session
+    from watermark_ops.spark.trigger import tick_if_owed
 
     args, script, script_args = parse_launch_args(list(sys.argv[1:] if argv is None else argv))
     script = str(Path(script).resolve())
@@ -182,10 +185,11 @@ def main(argv: list[str] | None = None) -> int:
                             data_interval=args.data_interval)
     code = 0
     refused = None
+    exit_handlers = hold_exit_handlers()  # the script's atexit handlers: run once, at the run's end
     try:
         if args.checkpoint:
             attachment.lock(args.checkpoint)
-            _tick_if_owed(args)
+            tick_if_owed(args.landing, args.checkpoint)
         attachment.attach()
         namespace: dict[str, Any] = {}
         try:
@@ -220,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         code = code or 1
     finally:
+        exit_handlers()
         attachment.release()
         session = attachment.spark or session
         if session is not None:
@@ -487,7 +492,7 @@ def _twin(args: argparse.Namespace, attachment, script: str, script_args: list[s
     try:
         if column is None:
             raise CannotTwin("the job called no withWatermark during the run")
-        twin = run_twin(lambda: _run_script(script, script_args, {}), files_for)
+        twin = run_twin(lambda: _run_script(script, script_args, {}), files_for, len(attachment.queries))
         main = twin.query_for(started.checkpoint)
         if main is None:
             raise CannotTwin(f"the job's batch twin started no query on {started.checkpoint}; declare pre_watermark "
@@ -551,28 +556,6 @@ def _correct(args: argparse.Namespace, attachment, checkpoint: str, made: list[d
         return
     log.info("corrections: %d windows and groups corrected%s", len(corrections),
              f", written to {folder}" if folder else "")
-
-
-def _tick_if_owed(args: argparse.Namespace) -> None:
-    """Land an empty file when the declared checkpoint owes a trailing no-data batch (its last driver
-    died between a batch's commit and that batch), so this run emits the windows it closes; only in a
-    landing of line formats (an empty JSON-lines or CSV file is no row; an empty Parquet file is an error)."""
-    from watermark_ops.spark.trigger import land_tick, owed_trailing_batch
-
-    if not (args.landing and args.checkpoint):
-        return
-    owed = owed_trailing_batch(args.checkpoint)
-    if owed is None:
-        return
-    names = [p.suffix for p in Path(args.landing).glob("*") if p.is_file()] if "://" not in args.landing else []
-    if any(suffix in (".parquet", ".orc", ".avro") for suffix in names):
-        log.warning("checkpoint %s owes the trailing batch after batch %d; its landing holds columnar files, where an "
-                    "empty file is not valid: the windows it closes are emitted by the next run with input",
-                    args.checkpoint, owed)
-        return
-    path = land_tick(args.landing, args.checkpoint, owed)
-    log.warning("checkpoint %s: batch %d was committed but the trailing no-data batch after it never ran (its driver "
-                "died); landed %s so that this run emits the windows it closes", args.checkpoint, owed, path)
 
 
 if __name__ == "__main__":
