@@ -9,6 +9,7 @@ Pure Python: no pyspark.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import sys
