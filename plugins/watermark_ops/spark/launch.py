@@ -544,11 +544,17 @@ def _timed(streaming_s: float, after_s: float) -> None:
 def _correct(args: argparse.Namespace, attachment, checkpoint: str, made: list[dict[str, Any]], rows: list[Any],
              shape: tuple, query, allowed_ms: int) -> None:
     """Publish the run's corrections (:mod:`watermark_ops.spark.corrections`); never fails the run: a
-    window that cannot be corrected is named in one line and its late rows stay in the ledger."""
+    window that cannot be corrected is named in one line and its late rows stay in the ledger.
+
+    The corrections' run (and their folder's ``run_key``) is the run tag; a launch without one (by
+    hand) is its own run: the declared query's ``runId`` for this start, so no launch replaces
+    another's corrections, while a rerun of a tagged run (an Airflow run) replaces that run's."""
     from watermark_ops.spark.corrections import corrections_from, write_corrections
 
+    started = _main_query(args, attachment)
+    run = args.run_tag or (str(started.query.runId) if started is not None else None)
     try:
-        corrections = corrections_from(rows, shape, made, allowed_ms, args.run_tag)
+        corrections = corrections_from(rows, shape, made, allowed_ms, run)
         folder = write_corrections(attachment.spark, corrections, query, checkpoint, args.corrections_path)
     except Exception as exc:  # noqa: BLE001 - the run's data and ledger stand; its corrections are what failed
         traceback.print_exc()
