@@ -425,6 +425,8 @@ def checkpoint_detail(location: str, thresholds: Thresholds, *, name: str | None
         _replayed_rows(location, checkpoint.query_id, runs, runs_limit, problems, filesystem, storage_options,
                        progress.records if progress is not None else ())
     for run in runs:  # rows, from the ledger: never Spark's count of late partial aggregates; else unknown, never 0
+        if not run["batch_ids"]:  # a run that executed no batch has no late row: 0, known (as the XCom and lateness)
+            run["rows_late"], run["_late"] = 0, []
         run["drop_rate"] = run["rows_late"] / run["input_rows"] if run["rows_late"] is not None and run["input_rows"] \
             else None
         run["late_rows_known"] = run["rows_late"] is not None

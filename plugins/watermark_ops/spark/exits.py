@@ -9,18 +9,19 @@ Pure Python: no pyspark.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import sys
 import threading
 import time
 import traceback
-from typing import Callable
+from typing import Any, Callable
 
 from watermark_ops.spark.session import quiet_py4j
 
 __all__ = ["EXIT_CHECKPOINT_IN_USE", "EXIT_RESTART_REFUSED", "EXIT_SERVER_LOST", "EXIT_VERSION_MISMATCH",
-           "exit_process", "exit_with_launcher", "run_driver"]
+           "exit_process", "exit_with_launcher", "hold_exit_handlers", "run_driver"]
 
 #: The exit status of a driver that refused to start: another driver holds the checkpoint.
 EXIT_CHECKPOINT_IN_USE = 3
@@ -40,7 +41,9 @@ def run_driver(main: Callable[[], int]) -> None:
     """The entry point of every job script: ``run_driver(main)`` under ``if __name__ == "__main__"``.
 
     Sets up the driver's logging, starts :func:`exit_with_launcher`, runs ``main`` (which returns the exit status), prints any
-    exception that escapes it, and always ends with :func:`exit_process`. Letting an exception
+    exception that escapes it, and always ends with :func:`exit_process`. A ``SystemExit`` from
+    ``main`` (argparse's ``--help``: 0; a usage error: 2, its one line already on stderr) is the exit
+    status, with no traceback. Letting an exception
     reach the interpreter's own exit is what hung drivers whose JVM was killed: finalization stops
     the daemon threads (the watchdog among them) and then deadlocks in py4j's ``__del__``. Even
     reporting can raise then (stderr is a broken pipe once the JVM is gone), hence the ``finally``.
@@ -52,6 +55,10 @@ def run_driver(main: Callable[[], int]) -> None:
     code = 1
     try:
         code = main()
+    except SystemExit as exc:  # argparse's --help (0) or usage error (2, its one line already on stderr)
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if not isinstance(exc.code, (int, type(None))):
+            print(exc.code, file=sys.stderr)
     except BaseException:  # noqa: BLE001 - reported here, then the process ends with status 1
         try:
             traceback.print_exc()
@@ -103,3 +110,36 @@ def exit_process(code: int) -> None:
         except BaseException:  # noqa: BLE001 - a closed or broken pipe must not stop the exit
             pass
     os._exit(code)
+
+
+def hold_exit_handlers() -> Callable[[], None]:
+    """Hold the exit handlers a job script registers from now on, for the launcher to run once.
+
+    The launcher's process ends with :func:`exit_process` (``os._exit``), which skips ``atexit``: a
+    job's own handler (``atexit.register(write_success_marker)``) would never run. From this call on,
+    ``atexit.register`` keeps the handlers of every module but pyspark's and py4j's (theirs stay
+    with ``atexit``: they stop the JVM) and returns the function, as a decorator needs.
+
+    :return: a function that restores ``atexit.register`` and runs the held handlers once, the last
+        registered first (as Python's exit does); a handler that raises is printed, the others still run.
+    """
+    held: list[tuple[Callable[..., Any], tuple, dict]] = []
+    original = atexit.register
+
+    def register(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Callable[..., Any]:
+        if str(getattr(func, "__module__", "") or "").split(".")[0] in ("pyspark", "py4j"):
+            return original(func, *args, **kwargs)
+        held.append((func, args, kwargs))
+        return func
+
+    def run() -> None:
+        atexit.register = original
+        while held:
+            func, args, kwargs = held.pop()
+            try:
+                func(*args, **kwargs)
+            except Exception:  # noqa: BLE001 - as Python's exit does: printed, the next handler runs
+                traceback.print_exc()
+
+    atexit.register = register
+    return run

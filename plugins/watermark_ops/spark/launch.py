@@ -29,7 +29,8 @@ operator as the application):
    the run's batches in Spark through it (:mod:`watermark_ops.spark.replay`): the exact late rows
    of the job's own parsing, any file format (exit 6 when that replay fails: the run's data is
    committed, its ledger is not);
-5. stops the session, releases the locks and exits with the script's status (``run_driver``: the
+5. runs the exit handlers the script registered (``atexit``; once, the twin's not at all), stops
+   the session, releases the locks and exits with the script's status (``run_driver``: the
    exit path that survives a killed spark-submit).
 
 What the launcher needs and the job does not say is declared once, on the run pattern, and reaches
@@ -58,12 +59,20 @@ EXIT_REPLAY_FAILED = 6
 EXIT_WINDOW_MISMATCH = 8
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error told in one line on stderr (exit 2) instead of the usage and the error."""
+
+    def error(self, message: str):  # noqa: D102 - argparse's
+        self.exit(2, f"{self.prog}: error: {message} (--help lists the declarations)\n")
+
+
 def parse_launch_args(argv: list[str]) -> tuple[argparse.Namespace, str, list[str]]:
     """``[declarations] -- JOB.py [arguments]`` → ``(declarations, job script, its arguments)``.
 
-    :raises SystemExit: (argparse) for an unknown declaration or a missing script.
+    :raises SystemExit: 0 after printing the help (``--help``); 2 after one line on stderr for an
+        unknown or invalid declaration or a missing script.
     """
-    parser = argparse.ArgumentParser(prog="python -m watermark_ops.spark.launch",
+    parser = _Parser(prog="python -m watermark_ops.spark.launch",
                                      description="Run a Structured Streaming script with the watermark-ops recorder.")
     parser.add_argument("--checkpoint", help="the checkpoint of the query the late rule is about (the job's own)")
     parser.add_argument("--run-tag", help="stamped on every progress record (the DAG's run id)")
@@ -101,6 +110,7 @@ def parse_launch_args(argv: list[str]) -> tuple[argparse.Namespace, str, list[st
     parser.add_argument("--conf", dest="spark_conf", action="append", default=[], metavar="KEY=VALUE",
                         help="with --remote: a session conf (repeatable)")
     if "--" not in argv:
+        parser.parse_args(argv)  # --help prints the help and exits 0; an unknown declaration exits 2
         parser.error("expected '-- JOB.py [its arguments]' after the declarations")
     split = argv.index("--")
     args = parser.parse_args(argv[:split])
@@ -138,11 +148,13 @@ def main(argv: list[str] | None = None) -> int:
         EXIT_RESTART_REFUSED,
         EXIT_SERVER_LOST,
         EXIT_VERSION_MISMATCH,
+        hold_exit_handlers,
     )
     from watermark_ops.core.ledger.windows import WindowMismatch
     from watermark_ops.spark.lock import CheckpointInUse
     from watermark_ops.spark.restart import RestartRefused, clear_diagnosis
     from watermark_ops.spark.session import remote_session, server_lost, stop_session
+    from watermark_ops.spark.trigger import tick_if_owed
 
     args, script, script_args = parse_launch_args(list(sys.argv[1:] if argv is None else argv))
     script = str(Path(script).resolve())
@@ -175,10 +187,11 @@ def main(argv: list[str] | None = None) -> int:
                             data_interval=args.data_interval, before_start=lambda ck, shape: _check_window(args, ck, shape))
     code = 0
     refused = None
+    exit_handlers = hold_exit_handlers()  # the script's atexit handlers: run once, at the run's end
     try:
         if args.checkpoint:
             attachment.lock(args.checkpoint)
-            _tick_if_owed(args)
+            tick_if_owed(args.landing, args.checkpoint)
         attachment.attach()
         namespace: dict[str, Any] = {}
         try:
@@ -216,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         code = code or 1
     finally:
+        exit_handlers()
         attachment.release()
         session = attachment.spark or session
         if session is not None:
@@ -505,7 +519,7 @@ def _twin(args: argparse.Namespace, attachment, script: str, script_args: list[s
     try:
         if column is None:
             raise CannotTwin("the job called no withWatermark during the run")
-        twin = run_twin(lambda: _run_script(script, script_args, {}), files_for)
+        twin = run_twin(lambda: _run_script(script, script_args, {}), files_for, len(attachment.queries))
         main = twin.query_for(started.checkpoint)
         if main is None:
             raise CannotTwin(f"the job's batch twin started no query on {started.checkpoint}; declare pre_watermark "
@@ -555,15 +569,21 @@ def _timed(streaming_s: float, after_s: float) -> None:
 
 
 def _correct(args: argparse.Namespace, attachment, checkpoint: str, made: list[dict[str, Any]], rows: list[Any],
-             shape: tuple, query, allowed_ms: int) -> None:
+             shape: Any, query, allowed_ms: int) -> None:
     """Publish the run's corrections (:mod:`watermark_ops.spark.corrections`); never fails the run: a
-    window that cannot be corrected is named in one line and its late rows stay in the ledger."""
+    window that cannot be corrected is named in one line and its late rows stay in the ledger.
+
+    The corrections' run (and their folder's ``run_key``) is the run tag; a launch without one (by
+    hand) is its own run: the declared query's ``runId`` for this start, so no launch replaces
+    another's corrections, while a rerun of a tagged run (an Airflow run) replaces that run's."""
     from watermark_ops.core.ledger.corrections import read_corrections
     from watermark_ops.spark.corrections import corrections_from, write_corrections
 
+    started = _main_query(args, attachment)
+    run = args.run_tag or (str(started.query.runId) if started is not None else None)
     try:
         earlier = read_corrections(checkpoint)[0] if shape.session else []
-        corrections = corrections_from(rows, shape, made, allowed_ms, args.run_tag, earlier)
+        corrections = corrections_from(rows, shape, made, allowed_ms, run, earlier)
         folder = write_corrections(attachment.spark, corrections, query, checkpoint, args.corrections_path,
                                    shape.table_names)
     except Exception as exc:  # noqa: BLE001 - the run's data and ledger stand; its corrections are what failed
@@ -572,28 +592,6 @@ def _correct(args: argparse.Namespace, attachment, checkpoint: str, made: list[d
         return
     log.info("corrections: %d windows and groups corrected%s", len(corrections),
              f", written to {folder}" if folder else "")
-
-
-def _tick_if_owed(args: argparse.Namespace) -> None:
-    """Land an empty file when the declared checkpoint owes a trailing no-data batch (its last driver
-    died between a batch's commit and that batch), so this run emits the windows it closes; only in a
-    landing of line formats (an empty JSON-lines or CSV file is no row; an empty Parquet file is an error)."""
-    from watermark_ops.spark.trigger import land_tick, owed_trailing_batch
-
-    if not (args.landing and args.checkpoint):
-        return
-    owed = owed_trailing_batch(args.checkpoint)
-    if owed is None:
-        return
-    names = [p.suffix for p in Path(args.landing).glob("*") if p.is_file()] if "://" not in args.landing else []
-    if any(suffix in (".parquet", ".orc", ".avro") for suffix in names):
-        log.warning("checkpoint %s owes the trailing batch after batch %d; its landing holds columnar files, where an "
-                    "empty file is not valid: the windows it closes are emitted by the next run with input",
-                    args.checkpoint, owed)
-        return
-    path = land_tick(args.landing, args.checkpoint, owed)
-    log.warning("checkpoint %s: batch %d was committed but the trailing no-data batch after it never ran (its driver "
-                "died); landed %s so that this run emits the windows it closes", args.checkpoint, owed, path)
 
 
 if __name__ == "__main__":

@@ -11,13 +11,17 @@ Reads the checkpoint's newest offset and commit files with fsspec; no pyspark im
 from __future__ import annotations
 
 import json
+import logging
 import warnings
+from pathlib import Path
 from typing import Any
 
 from watermark_ops.core.progress import progress_log_path
 
+log = logging.getLogger("watermark_ops.spark")
+
 __all__ = ["CHECKPOINT_DEFAULT_POLICY", "FROZEN_CONFS", "POLICY_CONF", "SPARK_TRIGGERS", "apply_spark_trigger",
-           "checkpoint_watermark_policy", "land_tick", "owed_trailing_batch"]
+           "checkpoint_watermark_policy", "land_tick", "owed_trailing_batch", "tick_if_owed"]
 
 SPARK_TRIGGERS = ("availableNow", "once")
 POLICY_CONF = "spark.sql.streaming.multipleWatermarkPolicy"
@@ -173,3 +177,24 @@ def land_tick(landing: str, checkpoint: str, batch_id: int) -> str:
     path = f"{folder.rstrip('/')}/watermark-ops-tick-{name}-{batch_id}.jsonl"
     fs.touch(path)
     return path
+
+
+def tick_if_owed(landing: str | None, checkpoint: str | None) -> None:
+    """Land an empty file in ``landing`` when ``checkpoint`` owes a trailing no-data batch (its last
+    driver died between a batch's commit and that batch), so this run emits the windows it closes
+    (the launcher calls it before the job's queries start); only in a landing of line formats (an
+    empty JSON-lines or CSV file is no row; an empty Parquet file is an error). Nothing without both."""
+    if not (landing and checkpoint):
+        return
+    owed = owed_trailing_batch(checkpoint)
+    if owed is None:
+        return
+    names = [p.suffix for p in Path(landing).glob("*") if p.is_file()] if "://" not in landing else []
+    if any(suffix in (".parquet", ".orc", ".avro") for suffix in names):
+        log.warning("checkpoint %s owes the trailing batch after batch %d; its landing holds columnar files, where an "
+                    "empty file is not valid: the windows it closes are emitted by the next run with input",
+                    checkpoint, owed)
+        return
+    path = land_tick(landing, checkpoint, owed)
+    log.warning("checkpoint %s: batch %d was committed but the trailing no-data batch after it never ran (its driver "
+                "died); landed %s so that this run emits the windows it closes", checkpoint, owed, path)

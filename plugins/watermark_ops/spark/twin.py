@@ -13,7 +13,16 @@ by batch ones (:func:`run_twin`):
   lets the script go on (on a batch frame Spark ignores the watermark);
 * ``DataFrame.writeStream`` answers a writer that records each query (its frame, name, checkpoint
   location, format, output mode, path) and starts nothing: ``start`` / ``toTable`` return a
-  finished stand-in query, ``awaitTermination`` / ``awaitAnyTermination`` return at once;
+  finished stand-in query;
+* the script runs up to its queries and no further: ``awaitTermination`` (on a query) and
+  ``awaitAnyTermination`` (on ``spark.streams``) end it there, once it has started as many queries
+  as the real run did (before that, as in a script that runs its queries one after the other, they
+  return at once); a script that never awaits is ended right after it records that many queries
+  (``queries=`` of :func:`run_twin`, the launcher passes the real run's count). Either end is
+  :class:`_ScriptEnd`, a ``BaseException`` (the script's ``except Exception`` does not catch it)
+  that :func:`run_twin` takes as a clean end (status 0): the script's epilogue (its logs, a
+  ``_SUCCESS`` marker, a notification) runs once per run, in the real run only. ``atexit.register``
+  is a no-op while the twin runs (it returns the function, as a decorator needs);
 * ``SparkSession.stop`` is left to the launcher.
 
 Nothing is written: a batch write (``DataFrame.write`` / ``writeTo``) while the twin runs stops it
@@ -56,6 +65,10 @@ class CannotTwin(RuntimeError):
     """The job cannot be run as its batch twin; the message names why and the way out (one line)."""
 
 
+class _ScriptEnd(BaseException):
+    """The twinned script reached its queries' end (an await, or its last query): stop it there."""
+
+
 @dataclass
 class TwinSource:
     """One stream source the twin answered: its settings and the batch frame it returned.
@@ -95,6 +108,12 @@ class Twin:
     sources: list[TwinSource] = field(default_factory=list)
     watermarks: list[tuple[Any, str, str]] = field(default_factory=list)
     queries: list[TwinQuery] = field(default_factory=list)
+    #: how many queries the real run started (None: unknown): the script ends after that many.
+    expected: int | None = None
+
+    def all_started(self) -> bool:
+        """Whether the script has started every query the real run did (always, when unknown)."""
+        return self.expected is None or len(self.queries) >= self.expected
 
     def query_for(self, checkpoint: str) -> TwinQuery | None:
         """The query whose checkpoint location is ``checkpoint`` (same place), None when none."""
@@ -106,8 +125,8 @@ class Twin:
 class _Finished:
     """A stand-in ``StreamingQuery``: finished, no progress, no exception."""
 
-    def __init__(self, query: TwinQuery) -> None:
-        self._query = query
+    def __init__(self, query: TwinQuery, twin: Twin) -> None:
+        self._query, self._twin = query, twin
         self.name = query.name
         self.id = self.runId = None
         self.isActive = False
@@ -116,6 +135,8 @@ class _Finished:
         self.status = {"message": "twin", "isDataAvailable": False, "isTriggerActive": False}
 
     def awaitTermination(self, timeout: Any = None) -> bool | None:  # noqa: N802 - PySpark's name
+        if self._twin.all_started():
+            raise _ScriptEnd
         return True if timeout is not None else None
 
     def processAllAvailable(self) -> None:  # noqa: N802
@@ -139,6 +160,8 @@ class _Streams:
         self.active: list[Any] = []
 
     def awaitAnyTermination(self, timeout: Any = None) -> bool | None:  # noqa: N802
+        if self._twin.all_started():
+            raise _ScriptEnd
         return True if timeout is not None else None
 
     def resetTerminated(self) -> None:  # noqa: N802
@@ -278,7 +301,9 @@ class _Writer:
         self.options(**options)
         query.checkpoint = query.options.get("checkpointLocation")
         self._twin.queries.append(query)
-        return _Finished(query)
+        if self._twin.expected is not None and len(self._twin.queries) >= self._twin.expected:
+            raise _ScriptEnd  # the real run's last query: what follows is the script's epilogue
+        return _Finished(query, self._twin)
 
     def toTable(self, tableName: str, format: str | None = None, outputMode: str | None = None,  # noqa: N802,N803,A002
                 partitionBy: Any = None, queryName: str | None = None, **options: Any) -> _Finished:  # noqa: N803
@@ -316,6 +341,9 @@ def _twinned(twin: Twin, files_for: Callable[[str | None], list[str]]) -> Iterat
         raise CannotTwin(f"the job writes a batch result (DataFrame.write) while it sets up its queries: the twin "
                          f"never writes; {_WAY_OUT}")
 
+    import atexit
+
+    patch(atexit, "register", lambda func, *args, **kwargs: func)  # the real run's exit handlers only
     for session_class, frame_class in _classes():
         original = frame_class.__dict__.get("withWatermark")
 
@@ -338,19 +366,25 @@ def _twinned(twin: Twin, files_for: Callable[[str | None], list[str]]) -> Iterat
             setattr(owner, name, value)
 
 
-def run_twin(run_script: Callable[[], int], files_for: Callable[[str | None], list[str]]) -> Twin:
+def run_twin(run_script: Callable[[], int], files_for: Callable[[str | None], list[str]],
+             queries: int | None = None) -> Twin:
     """Run the job's script as its batch twin (module docstring) and return what it captured.
 
     :param run_script: runs the job's script as ``__main__`` with its own arguments; returns its exit
         status and lets :class:`CannotTwin` through (the launcher's ``_run_script``).
     :param files_for: a stream source's path (as the script gave it) → the file URIs its batch read
         takes (the run's files of that source, from the checkpoint's source log).
+    :param queries: how many queries the real run started: the script is ended right after it
+        records that many (its epilogue not run); None when unknown (then ended at its first await).
     :raises CannotTwin: the job cannot be twinned (a non-file source, a batch write, a script that
         failed or captured no ``withWatermark``); the message is one line with the way out.
     """
-    twin = Twin()
+    twin = Twin(expected=queries or None)
     with _twinned(twin, files_for):
-        code = run_script()
+        try:
+            code = run_script()
+        except _ScriptEnd:  # the script reached its queries' end: a clean end
+            code = 0
     if code != 0:
         raise CannotTwin(f"the job's script ended with status {code} when run as its batch twin (it may do work "
                          f"before its queries that only a stream run can do); {_WAY_OUT}")

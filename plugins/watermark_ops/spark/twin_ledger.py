@@ -15,7 +15,13 @@ pre-watermark replay's).
 
 The rows the job sets aside: its other queries over the same files that carry a reason column (the
 declared ``reason_column``, else one named ``reason``, ``reject_reason``, ``rejection_reason``,
-``quarantine_reason`` or ``error``) are its reject queries: their rows come back one by one (no
+``quarantine_reason`` or ``error``) are its reject queries; so is another query whose rows come from
+the run's files (they keep ``_metadata.file_path``) without a reason column, named by its
+``queryName`` (else its sink folder's name), when the evidence says its rows are ones the watermarked
+frame leaves out: for every batch, the rows entering the watermark plus that query's rows are at
+most the rows the batch read (``numInputRows``; per file, the raw rows, for a batch without a
+progress record). A copy of every row (a raw archive) fails that test and is not a reject query.
+Their rows come back one by one (no
 aggregation, so no shuffle: a job sets few rows aside) and are counted per batch and reason in
 Python, with one example each (its file and the row as the job keeps it); they are asked in a second
 Spark job, and only when a batch's rows entering the watermark are fewer than the rows it read. A
@@ -163,17 +169,47 @@ def _with_key(frame: Any, what: str) -> Any:
                          "pre_watermark instead") from exc
 
 
-def _reject_queries(twin: Twin, main: TwinQuery, reason_column: str | None) -> list[tuple[TwinQuery, str]]:
-    """The job's other queries that carry a reason column, with that column's name."""
+def _query_label(query: TwinQuery) -> str:
+    """A query's name as a reason: its ``queryName``, else its sink folder's last part, else ``rejected``."""
+    path = str(query.path or "").rstrip("/")
+    return query.name or (path.rsplit("/", 1)[-1] if path else "") or "rejected"
+
+
+def _reject_queries(twin: Twin, main: TwinQuery, reason_column: str | None) -> list[tuple[TwinQuery, str | None]]:
+    """The job's other queries that may hold the rows it sets aside: ``(query, its reason column)``,
+    the column None for a query without one (a reject query only when :func:`_unproven` keeps it)."""
     found = []
     for query in twin.queries:
         if query is main:
             continue
         columns = list(query.frame.columns)
-        name = next((c for c in ((reason_column,) if reason_column else ()) + REASON_COLUMNS if c in columns), None)
-        if name is not None:
-            found.append((query, name))
+        found.append((query, next((c for c in ((reason_column,) if reason_column else ()) + REASON_COLUMNS
+                                   if c in columns), None)))
     return found
+
+
+def _unproven(rejects: dict[tuple[str, str], tuple[int, str]], unnamed: set[str], plans: list[BatchPlan],
+              keyed: dict[str, tuple[BatchPlan, int, str]], rows: list[Any], read: dict[str, int]) -> set[str]:
+    """The labels in ``unnamed`` (queries without a reason column) whose rows are not proven rows the
+    watermarked frame leaves out: in some batch, the rows entering the watermark plus theirs exceed
+    the rows the batch read (Spark's ``numInputRows``; for a batch without it, per file, ``read``)."""
+    entering: dict[str, int] = {}
+    for row in rows:
+        entering[row[_KEY]] = entering.get(row[_KEY], 0) + 1
+    out = set()
+    for label in unnamed:
+        theirs = {key: n for (key, reason), (n, _) in rejects.items() if reason == label}
+        for plan in plans:
+            keys = [file_key(uri) for _, uri in plan.files]
+            total = plan.spark_rows()["spark_input_rows"]
+            mine = sum(entering.get(k, 0) + theirs.get(k, 0) for k in keys)
+            if (total is not None and mine > total) or (total is None and any(
+                    entering.get(k, 0) + theirs.get(k, 0) > read.get(k, 0) for k in keys)):
+                log.info("the job's query %s holds rows that also enter the watermark (batch %d): not a reject "
+                         "query", label, plan.batch_id)
+                out.add(label)
+                break
+    return out
 
 
 def twin_records(spark: Any, plans: list[BatchPlan], twin: Twin, main: TwinQuery, watermark_column: str,
@@ -233,6 +269,7 @@ def twin_records(spark: Any, plans: list[BatchPlan], twin: Twin, main: TwinQuery
     rows = [r for r in collected if r[_KIND] == "e"]
     if not unknown_read and _fewer_than_read(plans, keyed, rows):  # who set the other rows aside: a second job
         collected += _collect(_set_aside(twin, main, reason_column, table))
+    unnamed = {_query_label(q) for q, column in _reject_queries(twin, main, reason_column) if column is None}
     read: dict[str, int] = {}
     rejects: dict[tuple[str, str], tuple[int, str]] = {}
     for row in collected:
@@ -242,6 +279,8 @@ def twin_records(spark: Any, plans: list[BatchPlan], twin: Twin, main: TwinQuery
             before = rejects.get((row[_KEY], row[_REASON]))
             rejects[(row[_KEY], row[_REASON])] = (row[_ROWS] + (before[0] if before else 0),
                                                   before[1] if before else row[_EVENT])
+    dropped = _unproven(rejects, unnamed, plans, keyed, rows, read) if unnamed else set()
+    rejects = {k: v for k, v in rejects.items() if k[1] not in dropped}
     extra = [r for r in collected if r[_KIND] not in ("e", "r", "j")]
     changed = changed_files(plans)
     return [_record(plan, keyed, rows, read, rejects, query_id, run_tag, source, changed) for plan in plans], extra
@@ -294,12 +333,14 @@ def _set_aside(twin: Twin, main: TwinQuery, reason_column: str | None, table: li
         try:
             frame = _with_key(query.frame, f"the rows of the job's query {query.name or query.path}")
         except CannotTwin as exc:
-            log.warning("%s: its rows are not counted as set aside", exc)
+            if column is not None:  # without a reason column: a query of other rows (an aggregation), not rejects
+                log.warning("%s: its rows are not counted as set aside", exc)
             continue
         shown = [c for c in query.frame.columns if c != _KEY]
+        label = F.lit(_query_label(query) if column is None else (query.name or "rejected"))
         parts.append(frame.where(F.col(_KEY).isin(table)).select(
             F.lit("j").alias(_KIND), F.col(_KEY),
-            F.coalesce(F.col(f"`{column}`").cast("string"), F.lit(query.name or "rejected")).alias(_REASON),
+            (label if column is None else F.coalesce(F.col(f"`{column}`").cast("string"), label)).alias(_REASON),
             F.lit(None).cast("long").alias(_EVENT_US),
             F.to_json(F.struct(*[F.col(f"`{c}`") for c in shown])).alias(_EVENT),
             F.lit(1).cast("long").alias(_ROWS)))
