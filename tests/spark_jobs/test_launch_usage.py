@@ -24,7 +24,8 @@ def test_help_prints_the_declarations_and_exits_0():
 @pytest.mark.parametrize("argv, says", [
     (["--checkpoint", "ck"], "expected '-- JOB.py [its arguments]'"),
     (["--no-such-declaration", "--", "job.py"], "unrecognized arguments: --no-such-declaration"),
-    (["--allowed-lateness", "6 hours", "--", "job.py"], "--allowed-lateness needs --window"),
+    (["--allowed-lateness", "soon", "--", "job.py"], "--allowed-lateness: allowed lateness: expected an interval"),
+    (["--", "no_such_job.py"], "the job script no_such_job.py is not a file"),
     (["--window", "1 hour", "--"], "expected the job script after '--'"),
 ])
 def test_a_usage_error_is_one_line_on_stderr_with_exit_2(argv, says):

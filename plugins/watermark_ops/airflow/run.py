@@ -129,19 +129,17 @@ def _declarations(checkpoint: str, window: str | None, event_time: str | None, w
     return args
 
 
-def _check_allowed_lateness(allowed_lateness: str | None, corrections_path: str | None, window: str | None) -> None:
+def _check_allowed_lateness(allowed_lateness: str | None, corrections_path: str | None) -> None:
     """Check the corrections' declarations when the DAG is parsed (no I/O; the interval's reader is
     imported only when one is given, a template is left to the launcher).
 
-    :raises ValueError: for an interval that is not one ('6 hours'), or one without a window, or a
-        corrections path without an allowed lateness.
+    :raises ValueError: for an interval that is not one ('6 hours'), or a corrections path without an
+        allowed lateness (the window it corrects is read from the job's plan).
     """
     if corrections_path and not allowed_lateness:
         raise ValueError("corrections_path needs allowed_lateness (the late rows whose windows are corrected)")
     if not allowed_lateness:
         return
-    if not window:
-        raise ValueError("allowed_lateness needs window (the windows it corrects)")
     if "{{" not in str(allowed_lateness):
         from watermark_ops.core.ledger.corrections import allowed_lateness_ms
 
@@ -247,8 +245,11 @@ def watermarked_run(
     :param attach: run ``application`` unchanged under the launcher (module docstring): its trigger,
         sinks and checkpoint locations stay its own (``spark_trigger`` and ``max_files_per_trigger``
         are then the job's business and not passed).
-    :param window: the query's tumbling window (``"1 hour"``): late rows are those whose window had
-        closed; None: those whose event time was behind the watermark (deduplication, join). With ``attach``.
+    :param window: the query's time window duration (``"1 hour"``), checked against the job's plan:
+        the launcher reads the window from the plan (tumbling, sliding with its slide and start
+        offset, or a session window's gap: :mod:`watermark_ops.core.ledger.windows`) and a declared
+        one that disagrees stops the run; None: the plan's (no window in the plan: late rows are those
+        whose event time was behind the watermark, as for deduplication and joins). With ``attach``.
     :param event_time: the landed field the event time comes from (default: the column the job
         calls ``withWatermark`` on). With ``attach``.
     :param watermark_column: that column, when the job calls ``withWatermark`` on several.
@@ -265,7 +266,8 @@ def watermarked_run(
         (``<sink>_corrections/run_key=<run>/``) and to ``<checkpoint>.corrections.jsonl``; later rows
         stay final drops (:mod:`watermark_ops.core.ledger.corrections`). Checked when the DAG is
         parsed (a Spark interval of whole units; a template is checked by the launcher). Needs
-        ``attach`` and ``window``. The completeness gate and the partition announcements then wait
+        ``attach``; the windows corrected are the plan's (tumbling, sliding, session: a session's
+        correction retracts the sessions it replaces). The completeness gate and the partition announcements then wait
         until the watermark is that far past a target or a partition's end: its windows are emitted
         and their corrections published. None: no corrections.
     :param corrections_path: where the corrections table goes (default ``<sink>_corrections``);
@@ -321,7 +323,7 @@ def watermarked_run(
     if not attach and any(declared.values()):
         raise ValueError(f"{sorted(k for k, v in declared.items() if v)} are declarations for an unmodified job: "
                          "they need attach=True")
-    _check_allowed_lateness(allowed_lateness, corrections_path, window)
+    _check_allowed_lateness(allowed_lateness, corrections_path)
     if allowed_lateness and corrections_asset is None:
         if "{{" in str(checkpoint):
             raise ValueError("a templated checkpoint with allowed_lateness needs corrections_asset (the asset its "

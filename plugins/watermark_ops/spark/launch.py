@@ -136,6 +136,8 @@ def parse_launch_args(argv: list[str]) -> tuple[argparse.Namespace, str, list[st
         args.accept_changes = parse_accepted(args.accept_changes)
     except ValueError as exc:
         parser.error(f"--accept-changes: {exc}")
+    if not Path(rest[0]).is_file():
+        parser.error(f"the job script {rest[0]} is not a file")
     return args, rest[0], rest[1:]
 
 
@@ -384,7 +386,9 @@ def _late_rule(args: argparse.Namespace, attachment, started, progress: dict[str
         log.warning("query %s: no withWatermark seen: recorded without a late rule", started.name)
         return None
     field = args.event_time or column
-    window = _window(args, started)
+    from watermark_ops.core.ledger.windows import window_of
+
+    window = window_of(started.started_with, args.window, f"query {started.name or started.checkpoint}")
     rule = late_rule(window.kind, field, delay or "0 seconds", **window.late_rule_arguments())
     inputs = []
     for source in _sources_of(progress, attachment, args.landing):
@@ -402,14 +406,6 @@ def _late_rule(args: argparse.Namespace, attachment, started, progress: dict[str
     return rule
 
 
-def _window(args: argparse.Namespace, started) -> Any:
-    """The declared query's window (:func:`watermark_ops.core.ledger.windows.window_of`: its plan's, checked
-    against ``--window``)."""
-    from watermark_ops.core.ledger.windows import window_of
-
-    return window_of(started.started_with, args.window, f"query {started.name or started.checkpoint}")
-
-
 def _check_window(args: argparse.Namespace, checkpoint: str, shape: Any) -> None:
     """Before the declared checkpoint's query starts: a declared window that disagrees with its plan
     stops the run (:class:`~watermark_ops.core.ledger.windows.WindowMismatch`, one line)."""
@@ -417,8 +413,7 @@ def _check_window(args: argparse.Namespace, checkpoint: str, shape: Any) -> None
     from watermark_ops.spark.attach import same_location
 
     if shape is not None and same_location(checkpoint, args.checkpoint):
-        window = window_of(shape.to_dict(), args.window, f"the query on {checkpoint}")
-        log.info("the query's window, read from its plan: %s", window)
+        log.info("the query's window, read from its plan: %s", window_of(shape.to_dict(), args.window, checkpoint))
 
 
 def _pre_watermark_function(spec: str, script: str, namespace: dict[str, Any]) -> Callable[[Any], Any]:
@@ -558,7 +553,8 @@ def _twin(args: argparse.Namespace, attachment, script: str, script_args: list[s
                  record["rows_aggregated"], len(record["late_rows"]),
                  f"; NOT EXACT: {'; '.join(record['problems'])}" if record["problems"] else "")
     if shape is not None and not any(r["problems"] for r in made):
-        _correct(args, attachment, started.checkpoint, made, extra, shape, main, allowed)
+        _correct(args, attachment, started.checkpoint, made, extra, shape, main, allowed,
+                 max(p.watermark_ms or 0 for p in plans))
 
 
 def _timed(streaming_s: float, after_s: float) -> None:
@@ -569,7 +565,7 @@ def _timed(streaming_s: float, after_s: float) -> None:
 
 
 def _correct(args: argparse.Namespace, attachment, checkpoint: str, made: list[dict[str, Any]], rows: list[Any],
-             shape: Any, query, allowed_ms: int) -> None:
+             shape: Any, query, allowed_ms: int, closed_ms: int | None = None) -> None:
     """Publish the run's corrections (:mod:`watermark_ops.spark.corrections`); never fails the run: a
     window that cannot be corrected is named in one line and its late rows stay in the ledger.
 
@@ -583,7 +579,7 @@ def _correct(args: argparse.Namespace, attachment, checkpoint: str, made: list[d
     run = args.run_tag or (str(started.query.runId) if started is not None else None)
     try:
         earlier = read_corrections(checkpoint)[0] if shape.session else []
-        corrections = corrections_from(rows, shape, made, allowed_ms, run, earlier)
+        corrections = corrections_from(rows, shape, made, allowed_ms, run, earlier, closed_ms)
         folder = write_corrections(attachment.spark, corrections, query, checkpoint, args.corrections_path,
                                    shape.table_names)
     except Exception as exc:  # noqa: BLE001 - the run's data and ledger stand; its corrections are what failed

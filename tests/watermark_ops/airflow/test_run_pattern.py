@@ -212,8 +212,9 @@ def test_an_allowed_lateness_reaches_the_launcher_before_the_job_and_is_checked_
     assert announce.upstream_task_ids == {"readings.spark_submit"}
     assert [a.uri for a in announce.outlets] == ["file:///ck/readings.corrections.jsonl"]
     assert "readings.announce_corrections" not in _group(attach=True, window="1 hour").task_ids
+    # the window comes from the job's plan: an allowed lateness needs no declared window
+    assert "readings.announce_corrections" in _group(attach=True, allowed_lateness="6 hours").task_ids
     for kwargs, says in [({"allowed_lateness": "6 hourz"}, "expected an interval such as '6 hours'"),
-                         ({"allowed_lateness": "6 hours", "window": None}, "allowed_lateness needs window"),
                          ({"corrections_path": "/x"}, "corrections_path needs allowed_lateness")]:
         with pytest.raises(ValueError, match=says):
             _group(**{"attach": True, "window": "1 hour", **kwargs})

@@ -47,14 +47,21 @@ def published_sessions(emitted: Iterable[dict[str, Any]], earlier: Iterable[dict
 
 def session_corrections(truth: list[dict[str, Any]], published: list[dict[str, Any]], late_rows: list[dict[str, Any]],
                         key_columns: list[str], run_tag: str | None,
-                        same: Callable[[dict[str, Any], dict[str, Any]], bool]) -> tuple[list[dict[str, Any]], list[str]]:
-    """The run's session corrections (module docstring).
+                        same: Callable[[dict[str, Any], dict[str, Any]], bool],
+                        closed_ms: int | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+    """The run's session corrections (module docstring): each true session that holds a recoverable
+    late row, and each closed one (its end at or before ``closed_ms``, the run's last watermark: Spark
+    has written it) that overlaps published sessions without being one of them (a row kept in time
+    for its own one-row session that would have extended a written session: Spark wrote a second
+    session beside the first), when it is not published as it is.
 
     :param truth: the sessions over every landed row (the twin's result over the run's span).
     :param published: :func:`published_sessions`.
     :param late_rows: the run's recoverable late rows (``LateRow.to_dict()`` shapes: ``event``,
         ``event_time_ms``, ``batch_id``).
     :param same: whether two sessions' values are equal (numbers within a tolerance).
+    :param closed_ms: the watermark up to which Spark has written sessions (epoch ms UTC), None: only
+        sessions with late rows are judged.
     :return: ``(corrections in the log's shape without write, by session start then keys; problems)``:
         a true session that a published one of its keys starts before is not corrected (the twin
         read too little before it: its rows are not all known), and is named in ``problems``.
@@ -67,10 +74,11 @@ def session_corrections(truth: list[dict[str, Any]], published: list[dict[str, A
         keys = tuple(str(k) for k in session["keys"])
         mine = [r for r in late_rows if all(k not in r["event"] for k in key_columns) or keys_of(r) == keys]
         mine = [r for r in mine if session["start"] <= int(r["event_time_ms"]) < session["end"]]
-        if not mine:
-            continue
         overlapping = [p for p in published if tuple(str(k) for k in p["keys"]) == keys
                        and p["start"] < session["end"] and session["start"] < p["end"]]
+        closed = closed_ms is not None and session["end"] <= closed_ms
+        if not mine and not (closed and overlapping):
+            continue
         if any(p["start"] == session["start"] and p["end"] == session["end"] and same(session["values"], p["values"])
                for p in overlapping):
             continue  # published as it is: nothing to correct
@@ -84,7 +92,7 @@ def session_corrections(truth: list[dict[str, Any]], published: list[dict[str, A
         made.append({"window_start_ms": session["start"], "window_end_ms": session["end"],
                      "keys": dict(zip(key_columns, session["keys"])), "emitted": emitted,
                      "corrected": dict(session["values"]), "late_rows": len(mine), "run": run_tag,
-                     "batch_id": max(int(r["batch_id"]) for r in mine),
+                     "batch_id": max((int(r["batch_id"]) for r in mine), default=None),
                      "retracts": [{"window_start_ms": p["start"], "window_end_ms": p["end"], "values": dict(p["values"])}
                                   for p in sorted(overlapping, key=lambda p: p["start"])]})
     return made, problems
