@@ -6,7 +6,9 @@ runs on spark-submit and on Spark Connect.
 A day of 10 mm of rain or more arrives 4 days late. The rain of 21 November 2012 lands in the second
 run, after the first run wrote the rain spells on either side of it ([18, 21) and [22, 23)): Spark
 drops it (its one-row session ended at the watermark) and never joins them; with 30 days allowed,
-the correction is the one spell [18, 25) that retracts the three Spark wrote. The third run lands a
+the correction is the one spell [18, 25) that retracts the three Spark wrote. The spell of 28
+November to 4 December is written in two touching parts (its 30 November arrives late but on time
+for its one-row session, after [28, 30) was written): a second correction, with no late row. The third run lands a
 day in the station's old date format, which the job's ``unreadable_days`` query keeps (no reason
 column). The job appends one line per run to ``output_runs.txt`` after its queries end.
 
@@ -65,13 +67,19 @@ def _replay_matches(project: dict) -> None:
     assert project["replay_code"] == 0, project["replay_said"]
     replayed = project["replay"]
     assert [(r["date"], r["weather"]) for r in replayed["late_rows"]] == [("2012-11-21", "rain")]
-    # the late day joins two rain spells the first run wrote: one correction retracting what Spark wrote
-    [correction] = replayed["corrections"]
-    assert (correction["window_start_ms"], correction["window_end_ms"]) == (_ms("2012-11-18"), _ms("2012-11-25"))
-    assert [(r["window_start_ms"], r["window_end_ms"], r["batch"]) for r in correction["retracts"]] == [
+    # the late day joins two rain spells the first run wrote: a correction retracting what Spark wrote
+    joined, split = replayed["corrections"]
+    assert (joined["window_start_ms"], joined["window_end_ms"]) == (_ms("2012-11-18"), _ms("2012-11-25"))
+    assert [(r["window_start_ms"], r["window_end_ms"], r["batch"]) for r in joined["retracts"]] == [
         (_ms("2012-11-18"), _ms("2012-11-21"), 1), (_ms("2012-11-22"), _ms("2012-11-23"), 1),
         (_ms("2012-11-23"), _ms("2012-11-25"), 3)]
     assert [r["date"] for r in replayed["merging_late_rows"]] == ["2012-11-21"]
+    # and a spell Spark wrote in two touching parts (the late-arriving 30 November was on time for its
+    # session, but a written session is final): no late row, yet the spells over every row differ
+    assert (split["window_start_ms"], split["window_end_ms"], split["late_rows"]) == (
+        _ms("2012-11-28"), _ms("2012-12-05"), [])
+    assert [(r["window_start_ms"], r["window_end_ms"]) for r in split["retracts"]] == [
+        (_ms("2012-11-28"), _ms("2012-11-30")), (_ms("2012-11-30"), _ms("2012-12-05"))]
     assert replayed["rows_bad"] == 1
 
 
