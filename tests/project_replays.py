@@ -1,25 +1,16 @@
 """What the wheel tests of ``tests/precip_project/`` and ``tests/spells_project/`` share: three weekly
 runs of a team's DAG through ``airflow dags test`` in a fresh environment with the wheel, the team's
 ``replay.py`` and ``check.py`` run in it, and the run pattern's figures per run.
-
-Today's package refuses ``allowed_lateness`` without ``window`` when the DAG is parsed; the projects
-declare no window (the package is to read it from the job's plan). When the first run fails with that
-refusal, the runs are made again without an allowed lateness (the DAG's ``*_ALLOWED_LATENESS=""``)
-so that the replay can still be checked against a real sink, and ``refused`` says so: the package's
-tests then fail on it.
+The projects declare no window: the package reads it from the job's plan.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 from tests.packaging_fixtures import run_logged, user_environment
-
-REFUSAL = "allowed_lateness needs window"
-
 
 def three_runs(root: Path, wheel: Path, project: Path, dag_id: str, prefix: str, launch: str, dates: tuple,
                confs: dict[str, dict], connect: bool) -> dict:
@@ -34,14 +25,8 @@ def three_runs(root: Path, wheel: Path, project: Path, dag_id: str, prefix: str,
         return run_logged([airflow, "dags", "test", dag_id, day, *conf], made["env"], root, made["log"], timeout=900,
                           check=False)
 
-    done, refused = [run(dates[0])], None
-    if done[0].returncode != 0 and REFUSAL in done[0].stdout + done[0].stderr:
-        refused = next(line for line in (done[0].stdout + done[0].stderr).splitlines() if REFUSAL in line).strip()
-        shutil.rmtree(home, ignore_errors=True)
-        made["env"][f"{prefix}_ALLOWED_LATENESS"] = ""
-        done = [run(dates[0])]
-    done += [run(day) for day in dates[1:]]
-    return {**made, "home": home, "done": done, "refused": refused}
+    done = [run(day) for day in dates]
+    return {**made, "home": home, "done": done}
 
 
 def facts(made: dict, dag_id: str, checkpoint: Path) -> dict:

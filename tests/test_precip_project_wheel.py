@@ -71,7 +71,6 @@ def test_the_replay_matches_the_sink_on_spark_connect(connected):
 
 def _agrees(project: dict) -> None:
     """The package's faces against the replay (what the package is being built to give)."""
-    assert project["refused"] is None, f"the package refused the DAG's declarations: {project['refused']}"
     facts, replayed = project["facts"], project["replay"]
     done = project["done"]
     assert [d.returncode for d in done] == [0, 0, 0], done[-1].stdout[-3000:] + done[-1].stderr[-3000:]

@@ -136,8 +136,6 @@ def parse_launch_args(argv: list[str]) -> tuple[argparse.Namespace, str, list[st
         args.accept_changes = parse_accepted(args.accept_changes)
     except ValueError as exc:
         parser.error(f"--accept-changes: {exc}")
-    if not Path(rest[0]).is_file():
-        parser.error(f"the job script {rest[0]} is not a file")
     return args, rest[0], rest[1:]
 
 
@@ -159,6 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     from watermark_ops.spark.trigger import tick_if_owed
 
     args, script, script_args = parse_launch_args(list(sys.argv[1:] if argv is None else argv))
+    if not Path(script).is_file():  # a usage error: one line, as argparse's
+        print(f"python -m watermark_ops.spark.launch: error: the job script {script} is not a file", file=sys.stderr)
+        return 2
     script = str(Path(script).resolve())
     here = str(Path(__file__).resolve().parent)
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]  # launch.py run as a file

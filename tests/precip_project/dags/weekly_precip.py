@@ -8,8 +8,6 @@ rain or more is read from the hand gauge and arrives 5 days late, every other da
 param ``no_gauge`` names days whose gauge sent its "no reading" sentinel (-1 mm) instead.
 The run pattern attaches the job as it is, declaring its checkpoint, its landing and the allowed
 lateness, and not its window: watermark-ops reads the sliding window from the job's plan.
-``PRECIP_ALLOWED_LATENESS`` (default ``30 days``; empty: none) is the wheel test's way to run the job
-with a package that refuses an allowed lateness without a window.
 """
 
 from __future__ import annotations
@@ -54,7 +52,7 @@ def weekly_precip():
 
     land() >> watermarked_run(
         "weekly_precip", attach=True, application=JOB, checkpoint=CHECKPOINTS + "/windows", landings=[LANDING],
-        application_args=[LANDING, OUTPUT, CHECKPOINTS], allowed_lateness=os.environ.get("PRECIP_ALLOWED_LATENESS", "30 days") or None,
+        application_args=[LANDING, OUTPUT, CHECKPOINTS], allowed_lateness="30 days",
         launch=os.environ.get("PRECIP_LAUNCH", "submit"), late_sink=OUTPUT + "_late")
 
 

@@ -8,8 +8,6 @@ param ``old_format`` names days the station's old software sends with its date a
 which the job cannot read (its ``unreadable_days`` query keeps them).
 The run pattern attaches the job as it is, declaring its checkpoint, its landing and the allowed
 lateness, and not its window: watermark-ops reads the session window from the job's plan.
-``SPELLS_ALLOWED_LATENESS`` (default ``30 days``; empty: none) is the wheel test's way to run the job
-with a package that refuses an allowed lateness without a window.
 """
 
 from __future__ import annotations
@@ -55,7 +53,7 @@ def weather_spells():
     land() >> watermarked_run(
         "weather_spells", attach=True, application=JOB, checkpoint=CHECKPOINTS + "/spells", landings=[LANDING],
         application_args=[LANDING, OUTPUT, CHECKPOINTS],
-        allowed_lateness=os.environ.get("SPELLS_ALLOWED_LATENESS", "30 days") or None,
+        allowed_lateness="30 days",
         launch=os.environ.get("SPELLS_LAUNCH", "submit"), late_sink=OUTPUT + "_late")
 
 
