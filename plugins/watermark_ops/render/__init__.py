@@ -451,7 +451,7 @@ def _batches(ids: list[int]) -> str:
 def _worst_lateness_column(batches: list[dict[str, Any]]) -> str:
     """The worst-lateness column's name, saying what it measures per the late rule's kind."""
     kinds = {(b.get("rule") or {}).get("kind") for b in batches} - {None}
-    measured = {"window_end": "window end", "event_time": "event time"}
+    measured = {"window_end": "window end", "session": "session end", "event_time": "event time"}
     return "worst lateness\n(watermark − " + (" or ".join(measured[k] for k in sorted(kinds)) or "window end") + ")"
 
 
@@ -507,9 +507,13 @@ def print_late_ledger(ledger: LateLedger, console: Any) -> None:
         + (f"{totals['rows_late_replayed']} late rows of {totals['rows_read']} read, "
            f"{totals['rows_aggregated_replayed']} aggregated, {totals['rows_quarantined']} set aside"
            f"{f' ({reasons})' if reasons else ''}; " if replayed or not unknown else "") + "Spark counted "
-        f"{totals['late_partial_aggregates_spark']} late partial aggregates (numRowsDroppedByWatermark: late groups "
-        f"after partial aggregation, not rows)."
+        f"{totals['late_partial_aggregates_spark']} late partial aggregates (numRowsDroppedByWatermark: for a window "
+        f"aggregation the late (window, key) groups of a partial aggregation, not rows)."
     )
+    drops, partly = totals.get("window_drops"), totals.get("rows_late_partly")
+    if drops is not None and (drops != totals.get("rows_late") or partly):  # a sliding window's rows
+        table.caption += (f"\nPer window: {drops} (row, window) drops; {partly} of the late rows were dropped from "
+                          "only some of their windows and kept in the others.")
     rules = {}
     for batch in document["batches"]:
         if batch["late_watermark_rule"]:

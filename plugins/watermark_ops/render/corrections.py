@@ -25,7 +25,8 @@ __all__ = ["CORRECTIONS_HTML", "change_text", "corrections_document", "late_reco
 
 def corrections_document(corrections: Iterable[dict[str, Any]]) -> dict[str, Any]:
     """``{"corrections": [{"window_start_ms", "window_end_ms", "keys", "emitted", "corrected",
-    "late_rows", "run", "batch_id"}]}`` in the order given (the log's ``write`` left out)."""
+    "late_rows", "run", "batch_id"}]}`` in the order given (the log's ``write`` left out; a session
+    window's correction also has ``"retracts": [{"window_start_ms", "window_end_ms", "values"}]``)."""
     from watermark_ops.core.ledger.recovered import public_correction
 
     return {"corrections": [public_correction(c) for c in corrections]}
@@ -47,10 +48,17 @@ def _value(value: Any) -> str:
 
 
 def change_text(correction: dict[str, Any]) -> str:
-    """Each value column as ``name: emitted → corrected`` (``-`` where the sink held nothing), one a line."""
+    """Each value column as ``name: emitted → corrected`` (``-`` where the sink held nothing), one a
+    line; a session window's correction then names the sessions it retracts."""
     emitted = correction.get("emitted") or {}
-    return "\n".join(f"{name}: {_value(emitted.get(name))} → {_value(value)}"
-                     for name, value in (correction.get("corrected") or {}).items())
+    lines = [f"{name}: {_value(emitted.get(name))} → {_value(value)}"
+             for name, value in (correction.get("corrected") or {}).items()]
+    if "retracts" in correction:
+        gone = correction["retracts"]
+        lines.append(f"retracts {_count(len(gone), 'session')}" + (":" if gone else " (a new session)"))
+        lines += [f"  {window_text(r)} " + ", ".join(f"{k}={_value(v)}" for k, v in (r.get("values") or {}).items())
+                  for r in gone]
+    return "\n".join(lines)
 
 
 def print_corrections(corrections: list[dict[str, Any]], console: Any, *, checkpoint: str,
