@@ -74,7 +74,7 @@ export function RunsTable({ runs }: { runs: Run[] }) {
 
 export function CorrectionsList({ corrections }: { corrections: Array<Record<string, unknown>> }) {
   if (corrections.length === 0) return <Nothing>No correction: no late row fell within the allowed lateness.</Nothing>;
-  const keys = Array.from(new Set(corrections.flatMap((c) => Object.keys(c)))).slice(0, 8);
+  const keys = Array.from(new Set(corrections.flatMap((c) => Object.keys(c)))).slice(0, 9); // a session window's correction also has its retracts
   return (
     <Table.Root size="sm" data-testid="corrections-table">
       <Table.Header>
