@@ -130,6 +130,15 @@ def _agrees(project: dict) -> None:
             assert "12/05/2012" in json.dumps(ledger), ledger
         else:
             assert not ledger.get("quarantined_by_reason"), ledger
+    # the corrections table beside the sink: the job's own split window columns as timestamps, the
+    # grouping key only, and each retraction before its replacement
+    import pandas as pd
+
+    table = pd.read_parquet(project["home"] / "output_corrections")
+    assert str(table["window_start"].dtype).startswith("datetime64") and str(table["window_end"].dtype).startswith(
+        "datetime64"), table.dtypes
+    assert "weather" in table.columns and not any(c.startswith("session") for c in table.columns), table.columns
+    assert set(table["correction"]) == {"retraction", "replacement"}, table
     # corrections: applied in order to the sink (remove what each retracts, add the corrected spell),
     # the sink becomes the spells over every landed row
     assert "error" not in facts["corrections"], facts["corrections"]

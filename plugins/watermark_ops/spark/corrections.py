@@ -194,16 +194,22 @@ def window_parts(spark: Any, query: Any, rule: Any, lo: int, hi: int,
     shape = result_shape(query.frame, rule)
     sink_hi = hi if sink_hi is None else sink_hi
 
-    def part(frame: Any, tag: str, top: int) -> Any:
+    def part(frame: Any, tag: str, top: int | None) -> Any:
         start, end = shape.columns()
         ws = F.unix_millis(start)
-        return frame.where((ws >= F.lit(lo)) & (ws < F.lit(top))).select(
+        if top is not None:
+            frame = frame.where((ws >= F.lit(lo)) & (ws < F.lit(top)))
+        return frame.select(
             F.lit(tag).alias(_KIND), F.lit(None).cast("string").alias(_FILE), F.lit(None).cast("string").alias(_REASON),
             ws.alias(_START), F.to_json(F.struct(ws.alias(_WS), F.unix_millis(end).alias(_WE),
                                                  *[F.col(f"`{c}`") for c in shape.keys + shape.values])).alias(_ROW),
             F.lit(None).cast("long").alias(_ROWS))
 
-    parts: list[Any] = [part(query.frame, "c", hi)]
+    # A session window's result is not filtered in Spark: the optimizer pushes a filter on the
+    # session_window grouping key below the aggregation, onto each row's one-row session before
+    # the merge, which cuts sessions short (a row starting after the bound is dropped from the
+    # session it extends). The twin read only the files of the span; the sessions are chosen after.
+    parts: list[Any] = [part(query.frame, "c", None if shape.session else hi)]
     here = emitted_here(query, shape.window_ms, lo, sink_hi, shape)
     if here is None and query.format in _FILE_SINKS and query.path:
         try:

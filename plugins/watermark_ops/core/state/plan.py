@@ -50,7 +50,9 @@ _SOURCE_NODES = ("StreamingRelation", "StreamingRelationV2", "StreamingExecution
 _FILE_SOURCE = re.compile(r"FileSource\[(.*?)\](?:, \[|$)")
 _WATERMARK = re.compile(r"^(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}, )?(.+?)#(\d+): \w+, (.+)$")
 _WINDOW_END = re.compile(r"\+ (\d+)\), LongType, TimestampType\)\)\)")
-_SLIDE = re.compile(r"\(\(precisetimestampconversion\(([^\s(),#]+)#\d+\S*, TimestampType, LongType\) - (-?\d+)\) % (\d+)\)")
+#: ``((t - offset) % slide)`` (Spark 4.x, under a CASE for negative remainders), or ``(((t - offset) + slide) % slide)``.
+_SLIDE = re.compile(r"\(\(precisetimestampconversion\(([^\s(),#]+)#\d+\S*, TimestampType, LongType\) - (-?\d+)\)"
+                    r"(?: \+ \d+\))? % (\d+)\)")
 _SESSION_END = re.compile(r"cast\(([^\s(),#]+)#\d+\S* \+ cast\((.+?) as interval\) as timestamp\)")
 _STRUCT = "named_struct(start, "
 _ATTRIBUTE = re.compile(r"^(.*?)#\d+")
