@@ -115,11 +115,13 @@ def checkpoints(tmp_path, state_checkpoints):
     ck, landing = lf.build(tmp_path / "late")
     log = tmp_path / "late" / "ck.progress.jsonl"
     records = [json.loads(line) for line in log.read_text().splitlines()]
+    watermarks = [0, lf.WATERMARK_1, lf.WATERMARK_2]
     for r in records:
         r["run_tag"] = RUN_ID
+        r["watermark_ms"] = watermarks[r["batch_id"]]  # as the recorder writes it (the batch's offsets watermark)
         r["data_interval"] = {"start_ms": lf.T0, "end_ms": lf.T0 + 24 * lf.HOUR}
     log.write_text("".join(json.dumps(r) + "\n" for r in records))
-    # late row 10 (dep 14:00, window [14:00, 15:00)) recovered by a correction of this run
+    # late rows 10 and 13 (window [14:00, 15:00)) recovered by a correction of this run; 4 dropped for good
     start = lf.WATERMARK_1 - lf.HOUR
     correction = {"window_start_ms": start, "window_end_ms": start + lf.HOUR, "keys": {}, "emitted": None,
                   "corrected": {"n": 1}, "late_rows": 1, "run": RUN_ID, "batch_id": 1, "write": 1}
@@ -173,25 +175,26 @@ def test_every_metric_in_the_docs_arrives_with_the_checkpoints_figures_and_none_
 
         # the late checkpoint's figures, as the CLI gives them
         status = _cli("status", "--json", checkpoints["late"])
-        late = _cli("late", "--json", checkpoints["late"])["totals"]
+        late_document = _cli("late", "--json", checkpoints["late"])
+        late, split = late_document["totals"], late_document["corrections"]
         c = status["classification"]
         assert c["lag_basis"] == "data_interval"
         assert values("watermark_ops.watermark_epoch_s", checkpoint="ck") == [status["watermark_ms"] / 1000] * 2
         assert values("watermark_ops.lag_s", checkpoint="ck", basis="data_interval") == [c["lag_ms"] / 1000]
         assert values("watermark_ops.stall_state", checkpoint="ck", state=c["state"]) == \
             [STALL_STATE_VALUES[c["state"]]]
-        assert late["rows_late"] == 6 and late["rows_late_recovered"] == 1
+        assert (late["rows_late"], split["rows_late_recovered"], split["rows_late_dropped"]) == (6, 2, 4)
         assert values("watermark_ops.late_rows", checkpoint="ck") == [late["rows_late"]]
-        assert values("watermark_ops.late_rows_recovered", checkpoint="ck") == [late["rows_late_recovered"]]
-        assert values("watermark_ops.late_rows_dropped", checkpoint="ck") == [late["rows_late_dropped"]]
-        assert values("watermark_ops.corrections", checkpoint="ck") == [1]
+        assert values("watermark_ops.late_rows_recovered", checkpoint="ck") == [split["rows_late_recovered"]]
+        assert values("watermark_ops.late_rows_dropped", checkpoint="ck") == [split["rows_late_dropped"]]
+        assert values("watermark_ops.corrections", checkpoint="ck") == [split["corrections"]] == [1]
         audit = _cli("audit", "--json", checkpoints["late"])
         for severity in ("error", "warning", "info"):
             assert values("watermark_ops.audit_findings", checkpoint="ck", severity=severity) == \
                 [sum(1 for f in audit["findings"] if f["severity"] == severity)]
         # the stateful checkpoint: rows per operator, as `watermark-ops state --json` counts them
         state = _cli("state", "--json", checkpoints["state"])
-        operators = {f"{op['operator_id']}_{op['name']}": op["rows"] for op in state["operators"]}
+        operators = {f"{op['operator_id']}_{op['name']}": op["rows"][-1] for op in state["operators"]}  # per batch
         assert operators and all(n for n in operators.values())
         got = {r["tags"]["operator"]: r["value"] for r in ours
                if r["name"] == PREFIX + "watermark_ops.state_rows" and r["tags"]["checkpoint"] == "state_ck"}
