@@ -151,6 +151,9 @@ class SparkConnectRunOperator(BaseOperator):
                                     started) or refusal
                 if line:
                     self.log.error("%s", line)
+                    from watermark_ops.airflow.metrics import emit_refused_restarts
+
+                    emit_refused_restarts(self.diagnosis_checkpoints[0], self.dag_id, 1, by="driver")
                     raise AirflowFailException(line)
             raise AirflowException(f"{self.application} on {self._url} exited with status {code}: "
                                    f"{_EXIT_MESSAGES.get(code, 'the streaming query failed (see the log above)')}")

@@ -284,6 +284,13 @@ def evaluate_entry(entry: dict[str, Any], *, at: Any = None, memory: Any = None,
         return {**out, "counted": UNREADABLE, "alarm": True,
                 "payload": _unreadable(entry, f"{location}: cannot classify the watermark: {exc!r}")}
     c = result.classification
+    if c is not None:
+        from watermark_ops.airflow.metrics import emit_classification
+
+        dag_ids = entry.get("dag_ids") or []  # the DAG that registered the checkpoint, else the monitor's
+        emit_classification(location, dag_ids[0] if dag_ids else entry.get("monitor_dag_id"),
+                            {"state": c.state, "watermark_ms": c.watermark_ms, "lag_ms": c.lag_ms,
+                             "lag_basis": c.lag_basis})
     counted = c.state if c is not None else MISSING
     if result.outcome in ("done", "skip"):  # healthy, or missing with missing_ok
         return {**out, "counted": counted, "alarm": False, "payload": None}
@@ -373,7 +380,8 @@ def watch_cycle(context: Any, *, concurrency: int | None = None) -> list[dict[st
 
     from watermark_ops.airflow.config import configured_state_alarms
 
-    entries = monitor_checkpoints(context)
+    dag_id = getattr(context.get("ti"), "dag_id", None)  # the metrics' DAG of a checkpoint no DAG registered
+    entries = [{**e, "monitor_dag_id": dag_id} for e in monitor_checkpoints(context)]
     state_alarms = configured_state_alarms()
     if concurrency is None:
         from airflow.sdk.configuration import conf

@@ -175,6 +175,9 @@ class WatermarkAuditOperator(BaseOperator):
             log("%s: %s (batch %s, %s): %s", finding.severity, finding.rule, finding.batch_id, finding.file,
                 finding.message)
         result = report.to_dict()
+        from watermark_ops.airflow.metrics import emit_audit
+
+        emit_audit(self.checkpoint, self.dag_id, report.findings, result.get("state_store"))
         if report.status == "ok":
             return result
         errors = "; ".join(f"{f.rule} (batch {f.batch_id}): {f.message}" for f in report.by_severity(ERROR))

@@ -103,6 +103,9 @@ def preflight_gate(checkpoint: str, conf: dict[str, Any] | None = None, spark_ve
     if report.verdict == NO_GO:
         if context is not None:
             context["ti"].xcom_push(key="return_value", value=document)
+            from watermark_ops.airflow.metrics import emit_refused_restarts
+
+            emit_refused_restarts(checkpoint, context["ti"].dag_id, 1, by="preflight")
         raise AirflowFailException(line)
     return document
 
@@ -228,6 +231,9 @@ class DiagnosedSparkSubmitOperator(BaseOperator):
             if line is None:
                 raise
             self.log.error("%s", line)
+            from watermark_ops.airflow.metrics import emit_refused_restarts
+
+            emit_refused_restarts(self.diagnosis_checkpoints[0], self.dag_id, 1, by="driver")
             raise AirflowFailException(line) from exc
 
     def on_kill(self) -> None:

@@ -394,10 +394,15 @@ def watermarked_run(
             aside, the rows late and the drop rate (rows late / rows in, from the ledger; None when the
             ledger is not complete), Spark's late partial aggregates apart, and (with ``lateness``) the
             delay-threshold advice."""
+            from airflow.sdk import get_current_context
+
+            from watermark_ops.airflow.metrics import emit_watermark
             from watermark_ops.core.run_figures import collect_run
 
             # One ledger read makes every figure: the run's, each batch's and the lateness report's run.
-            return collect_run(checkpoint, run_id, quarantine_checkpoint, landings, lateness=lateness)
+            report = collect_run(checkpoint, run_id, quarantine_checkpoint, landings, lateness=lateness)
+            emit_watermark(checkpoint, get_current_context()["ti"].dag_id, report.get("last_watermark_ms"))
+            return report
 
         @task(task_id=ids["ledger"], multiple_outputs=True, inlets=[CHECKPOINT_REGISTRY])
         def late_ledger(checkpoint: str, quarantine_checkpoint: str | None, landings: list[str],
@@ -408,6 +413,7 @@ def watermarked_run(
             Registers the checkpoint with its landing folders and ledger sink (the UI and the monitor list it)."""
             from airflow.sdk import get_current_context
 
+            from watermark_ops.airflow.metrics import emit_ledger
             from watermark_ops.airflow.registry import record_late_rows, register_checkpoint
             from watermark_ops.core.ledger import reconcile_run
 
@@ -416,6 +422,7 @@ def watermarked_run(
             run = reconcile_run(checkpoint, run_id, quarantine_checkpoint, sink=late_sink)
             record_late_rows(context, checkpoint, run)  # the overview's "late rows not corrected"
             logging.getLogger(__name__).info("run %s: %s", run_id, run["balance"])
+            emit_ledger(checkpoint, context["ti"].dag_id, run)  # late, recovered, dropped for good, corrections
             return run
 
         @task(task_id=ids["check"])

@@ -180,6 +180,9 @@ class _WatermarkSensor(BaseSensorOperator):
         payload = _payload(self.checkpoint, outcome, message, classification,
                            self._state_document if state_store is False else state_store)
         self._last = payload
+        from watermark_ops.airflow.metrics import emit_classification
+
+        emit_classification(self.checkpoint, self.dag_id, classification)  # watermark, lag, stall state
         if outcome == "wait":
             self.log.info("not yet: %s", message)
             return None
