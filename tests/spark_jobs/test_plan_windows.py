@@ -63,3 +63,25 @@ def test_a_session_windows_gap_is_read_static_or_dynamic(events):
 def test_a_query_without_a_window_has_none(events):
     stream, _ = events
     assert _shape(stream.dropDuplicates(["station", "at"])).windows == ()
+
+
+def test_a_declared_window_that_disagrees_with_the_plan_stops_the_run_in_one_line(tmp_path):
+    """The temps project's job has 6-hour windows: declaring 2 hours stops the run before its
+    queries start (exit 8), with one line naming both, and nothing is written."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    job = Path(__file__).resolve().parents[1] / "temps_project" / "jobs" / "city_temps.py"
+    (tmp_path / "landing").mkdir()
+    (tmp_path / "landing" / "t.json").write_text('{"city": "sf", "event_time": "2010-01-01 00:00:00", "temp": "50"}\n')
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    done = subprocess.run([sys.executable, "-m", "watermark_ops.spark.launch", "--checkpoint", str(tmp_path / "ck" / "windows"),
+                           "--window", "2 hours", "--master", "local[2]", "--", str(job), str(tmp_path / "landing"),
+                           str(tmp_path / "out"), str(tmp_path / "ck")], env=env, cwd=tmp_path, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 8, done.stderr[-3000:]
+    errors = [line for line in done.stderr.splitlines() if "ERROR" in line]
+    assert len(errors) == 1 and "declared window '2 hours'" in errors[0] and "window(6 hours)" in errors[0], errors
+    assert "Traceback" not in done.stderr and not (tmp_path / "ck" / "windows" / "offsets").exists()
