@@ -322,7 +322,7 @@ def _recoverable_windows(row: dict[str, Any], allowed_ms: int) -> list[tuple[int
 
 def corrections_from(rows: list[Any], shape: ResultShape, run_records: list[dict[str, Any]], allowed_ms: int,
                      run_tag: str | None, earlier: list[dict[str, Any]] | None = None,
-                     closed_ms: int | None = None) -> list[dict[str, Any]]:
+                     closed_ms: int | None = None, last_batch_id: int | None = None) -> list[dict[str, Any]]:
     """The run's corrections (module docstring, step 5) from the rows :func:`window_parts` brought back.
 
     :param run_records: the run's replay records (their ``late_rows``).
@@ -330,12 +330,13 @@ def corrections_from(rows: list[Any], shape: ResultShape, run_records: list[dict
         a session window's corrections also retract the sessions earlier runs published.
     :param closed_ms: the run's last watermark (epoch ms UTC): a session window's sessions that end at
         or before it are written, and are corrected when Spark wrote them otherwise.
+    :param last_batch_id: the run's last batch id (a session correction without a late row of its own).
     :return: corrections in the log's shape, without ``write``, by window, then keys.
     """
     keys, values = shape.keys, shape.values
     late = [row for record in run_records for row in record.get("late_rows") or []]
     if shape.session:
-        return _session_corrections(rows, shape, late, allowed_ms, run_tag, earlier or [], closed_ms)
+        return _session_corrections(rows, shape, late, allowed_ms, run_tag, earlier or [], closed_ms, last_batch_id)
     windows = {w for row in late for w in _recoverable_windows(row, allowed_ms)}
     if not windows:
         return []
@@ -360,7 +361,7 @@ def corrections_from(rows: list[Any], shape: ResultShape, run_records: list[dict
 
 def _session_corrections(rows: list[Any], shape: ResultShape, late: list[dict[str, Any]], allowed_ms: int,
                          run_tag: str | None, earlier: list[dict[str, Any]],
-                         closed_ms: int | None) -> list[dict[str, Any]]:
+                         closed_ms: int | None, last_batch_id: int | None) -> list[dict[str, Any]]:
     """:func:`watermark_ops.core.ledger.sessions.session_corrections` over the collected rows."""
     from watermark_ops.core.ledger.sessions import published_sessions, session_corrections
 
@@ -371,7 +372,8 @@ def _session_corrections(rows: list[Any], shape: ResultShape, late: list[dict[st
     kept = [row for row in late if _recoverable_windows(row, allowed_ms)]
     others = [c for c in earlier if c.get("run") != run_tag]  # this run's own are replaced, not built on
     published = published_sessions(sessions("m"), others, shape.keys)
-    made, problems = session_corrections(sessions("c"), published, kept, shape.keys, run_tag, _same, closed_ms)
+    made, problems = session_corrections(sessions("c"), published, kept, shape.keys, run_tag, _same, closed_ms,
+                                         last_batch_id)
     for problem in problems:
         log.warning("corrections: %s", problem)
     return made

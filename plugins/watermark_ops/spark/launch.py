@@ -555,7 +555,7 @@ def _twin(args: argparse.Namespace, attachment, script: str, script_args: list[s
                  f"; NOT EXACT: {'; '.join(record['problems'])}" if record["problems"] else "")
     if shape is not None and not any(r["problems"] for r in made):
         _correct(args, attachment, started.checkpoint, made, extra, shape, main, allowed,
-                 max(p.watermark_ms or 0 for p in plans))
+                 (max(p.watermark_ms or 0 for p in plans), max(p.batch_id for p in plans)))
 
 
 def _timed(streaming_s: float, after_s: float) -> None:
@@ -566,7 +566,7 @@ def _timed(streaming_s: float, after_s: float) -> None:
 
 
 def _correct(args: argparse.Namespace, attachment, checkpoint: str, made: list[dict[str, Any]], rows: list[Any],
-             shape: Any, query, allowed_ms: int, closed_ms: int | None = None) -> None:
+             shape: Any, query, allowed_ms: int, closed: tuple[int, int] | None = None) -> None:
     """Publish the run's corrections (:mod:`watermark_ops.spark.corrections`); never fails the run: a
     window that cannot be corrected is named in one line and its late rows stay in the ledger.
 
@@ -580,7 +580,7 @@ def _correct(args: argparse.Namespace, attachment, checkpoint: str, made: list[d
     run = args.run_tag or (str(started.query.runId) if started is not None else None)
     try:
         earlier = read_corrections(checkpoint)[0] if shape.session else []
-        corrections = corrections_from(rows, shape, made, allowed_ms, run, earlier, closed_ms)
+        corrections = corrections_from(rows, shape, made, allowed_ms, run, earlier, *(closed or (None, None)))
         folder = write_corrections(attachment.spark, corrections, query, checkpoint, args.corrections_path,
                                    shape.table_names)
     except Exception as exc:  # noqa: BLE001 - the run's data and ledger stand; its corrections are what failed

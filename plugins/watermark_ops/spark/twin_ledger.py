@@ -84,7 +84,8 @@ def _texts(value: Any) -> set[str]:
 
 
 def locate_lines(uri: str, fmt: str, options: dict[str, Any], events: list[dict[str, Any]]) -> list[int | None]:
-    """The 1-based line of each row in a local JSON-lines or CSV file, by content (module docstring).
+    """The 1-based line of each row in a local JSON-lines or CSV file, or its position in a local
+    Parquet file, by content (module docstring).
 
     :param events: rows as the job made them (``{column: value}``).
     :return: one line per event, None where no line or several lines match best, or the file is not
@@ -93,11 +94,19 @@ def locate_lines(uri: str, fmt: str, options: dict[str, Any], events: list[dict[
     from urllib.parse import unquote, urlsplit
 
     parts = urlsplit(uri)
-    if parts.scheme not in ("", "file") or fmt not in ("json", "csv") or not events:
+    if parts.scheme not in ("", "file") or fmt not in ("json", "csv", "parquet") or not events:
         return [None] * len(events)
     path = unquote(parts.path) if parts.scheme else uri
     index: dict[str, set[int]] = {}
     try:
+        if fmt == "parquet":  # a row's position in the file, 1-based (LateRow.line of a columnar file)
+            import pyarrow.parquet as pq
+
+            for number, landed in enumerate(pq.read_table(path).to_pylist(), start=1):
+                for value in landed.values():
+                    for spelling in _texts(value):
+                        index.setdefault(spelling, set()).add(number)
+            return _best_lines(index, events)
         with open(path, encoding="utf-8", errors="replace", newline="") as handle:
             if fmt == "json":
                 for number, text in enumerate(handle, start=1):
@@ -118,8 +127,13 @@ def locate_lines(uri: str, fmt: str, options: dict[str, Any], events: list[dict[
                     for value in fields:
                         for spelling in _texts(value):
                             index.setdefault(spelling, set()).add(number)
-    except OSError:
+    except (OSError, ImportError, ValueError):  # unreadable, no pyarrow, not Parquet after all: no line
         return [None] * len(events)
+    return _best_lines(index, events)
+
+
+def _best_lines(index: dict[str, set[int]], events: list[dict[str, Any]]) -> list[int | None]:
+    """Per event, the one line whose values hold most of its values (None: none, or a tie)."""
     lines: list[int | None] = []
     for event in events:
         hits: dict[int, int] = {}

@@ -48,7 +48,8 @@ def published_sessions(emitted: Iterable[dict[str, Any]], earlier: Iterable[dict
 def session_corrections(truth: list[dict[str, Any]], published: list[dict[str, Any]], late_rows: list[dict[str, Any]],
                         key_columns: list[str], run_tag: str | None,
                         same: Callable[[dict[str, Any], dict[str, Any]], bool],
-                        closed_ms: int | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+                        closed_ms: int | None = None, last_batch_id: int | None = None
+                        ) -> tuple[list[dict[str, Any]], list[str]]:
     """The run's session corrections (module docstring): each true session that holds a recoverable
     late row, and each closed one (its end at or before ``closed_ms``, the run's last watermark: Spark
     has written it) that overlaps published sessions without being one of them (a row kept in time
@@ -62,6 +63,8 @@ def session_corrections(truth: list[dict[str, Any]], published: list[dict[str, A
     :param same: whether two sessions' values are equal (numbers within a tolerance).
     :param closed_ms: the watermark up to which Spark has written sessions (epoch ms UTC), None: only
         sessions with late rows are judged.
+    :param last_batch_id: the run's last batch: the ``batch_id`` of a correction without a late row of
+        its own (it holds every row the batches up to it read, late ones included).
     :return: ``(corrections in the log's shape without write, by session start then keys; problems)``:
         a true session that a published one of its keys starts before is not corrected (the twin
         read too little before it: its rows are not all known), and is named in ``problems``.
@@ -92,7 +95,7 @@ def session_corrections(truth: list[dict[str, Any]], published: list[dict[str, A
         made.append({"window_start_ms": session["start"], "window_end_ms": session["end"],
                      "keys": dict(zip(key_columns, session["keys"])), "emitted": emitted,
                      "corrected": dict(session["values"]), "late_rows": len(mine), "run": run_tag,
-                     "batch_id": max((int(r["batch_id"]) for r in mine), default=None),
+                     "batch_id": max((int(r["batch_id"]) for r in mine), default=last_batch_id),
                      "retracts": [{"window_start_ms": p["start"], "window_end_ms": p["end"], "values": dict(p["values"])}
                                   for p in sorted(overlapping, key=lambda p: p["start"])]})
     return made, problems
