@@ -122,7 +122,8 @@ def _agrees(project: dict) -> None:
         figures = {"rows_late": len(mine), "window_drops": len(mine), "rows_late_partly": 0,
                    "rows_late_recovered": len(mine), "rows_late_dropped": 0}
         assert {k: ledger.get(k) for k in figures} == figures, (run_id, ledger)
-        assert bool(ledger["corrections"]) == bool(mine), (run_id, ledger)
+        # a run with a late row corrects its spell; the third run also mends the spell Spark wrote in two parts
+        assert (ledger["corrections"] or 0) >= (1 if mine else 0), (run_id, ledger)
         assert {k: lateness[ledger["run_tag"]].get(k) for k in figures} == figures, lateness.get(ledger["run_tag"])
         # the quarantine query without a reason column: its rows set aside under its query name, with a record
         if i == 2:

@@ -26,7 +26,7 @@ __all__ = ["CORRECTIONS_HTML", "change_text", "corrections_document", "late_reco
 def corrections_document(corrections: Iterable[dict[str, Any]]) -> dict[str, Any]:
     """``{"corrections": [{"window_start_ms", "window_end_ms", "keys", "emitted", "corrected",
     "late_rows", "run", "batch_id"}]}`` in the order given (the log's ``write`` left out; a session
-    window's correction also has ``"retracts": [{"window_start_ms", "window_end_ms", "values"}]``)."""
+    window's correction lists in ``"retracts": [{"window_start_ms", "window_end_ms", "values"}]`` the sessions it replaces)."""
     from watermark_ops.core.ledger.recovered import public_correction
 
     return {"corrections": [public_correction(c) for c in corrections]}
@@ -53,8 +53,8 @@ def change_text(correction: dict[str, Any]) -> str:
     emitted = correction.get("emitted") or {}
     lines = [f"{name}: {_value(emitted.get(name))} → {_value(value)}"
              for name, value in (correction.get("corrected") or {}).items()]
-    if "retracts" in correction:
-        gone = correction["retracts"]
+    if correction.get("window_kind") == "session" or correction.get("retracts"):
+        gone = correction.get("retracts") or []
         lines.append(f"retracts {_count(len(gone), 'session')}" + (":" if gone else " (a new session)"))
         lines += [f"  {window_text(r)} " + ", ".join(f"{k}={_value(v)}" for k, v in (r.get("values") or {}).items())
                   for r in gone]

@@ -82,14 +82,15 @@ def table_rows(corrections: list[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for c in corrections:
         common = {"keys": c["keys"], "run": c["run"], "batch_id": c["batch_id"]}
-        if "retracts" in c:
-            for gone in c["retracts"]:
+        session = c.get("window_kind") == "session"
+        if session:
+            for gone in c.get("retracts") or ():
                 rows.append({**common, "window_start_ms": gone["window_start_ms"], "window_end_ms": gone["window_end_ms"],
                              "corrected": gone["values"], "emitted": gone["values"], "late_rows": 0,
                              "correction": "retraction"})
         rows.append({**common, "window_start_ms": c["window_start_ms"], "window_end_ms": c["window_end_ms"],
                      "corrected": c["corrected"], "emitted": c["emitted"], "late_rows": c["late_rows"],
-                     "correction": "replacement" if "retracts" in c else None})
+                     "correction": "replacement" if session else None})
     return rows
 
 

@@ -21,8 +21,9 @@ those rows exactly; with an allowed lateness, after each run:
        "corrected": {column: value},           # the window's result over every row of it
        "late_rows": int,                       # the recoverable late rows it adds
        "run": str, "batch_id": int,            # the run (its tag) and batch that dropped them
-       "retracts": [{"window_start_ms", "window_end_ms", "values"}],  # session windows only: the
-                                               # sessions (emitted, or corrected before) it replaces
+       "window_kind": "session",               # session windows only, with "retracts":
+       "retracts": [{"window_start_ms", "window_end_ms", "values"}],  # the sessions (emitted, or
+                                               # corrected before) it replaces
        "write": int}                           # the write's instant (epoch ms UTC)
 
   A session window's correction is the session over every landed row of its keys that holds a

@@ -42,12 +42,12 @@ def _plain(row: Any) -> dict[str, Any]:
 
 def _index(corrections: list[dict[str, Any]]) -> tuple[dict[tuple[int, int], list[dict[str, Any]]], list[dict]]:
     """The standing corrections per ``(window start ms, window end ms)``, and the standing session
-    corrections (those carrying ``retracts``), which hold a row by its event time."""
+    corrections (``window_kind`` ``"session"``), which hold a row by its event time."""
     by_window: dict[tuple[int, int], list[dict[str, Any]]] = {}
     sessions = []
     for correction in standing(corrections):
         by_window.setdefault((correction["window_start_ms"], correction["window_end_ms"]), []).append(correction)
-        if "retracts" in correction:
+        if correction.get("window_kind") == "session":
             sessions.append(correction)
     return by_window, sessions
 
@@ -68,7 +68,7 @@ def split_recovered(late_rows: Iterable[Any], corrections: list[dict[str, Any]])
     """``(recovered, dropped for good)`` of late rows, by the corrections (module docstring): a row
     is recovered when each window it was dropped from (``windows_dropped``: a sliding window's row
     may lose several) has a standing correction for its keys, or, for a session window, when a
-    standing session correction of its keys (one with ``retracts``) holds its event time.
+    standing session correction of its keys (``window_kind`` ``"session"``) holds its event time.
 
     :param late_rows: ``LateRow`` values or their ``to_dict()`` shapes (``batch_id``,
         ``window_start_ms``, ``window_end_ms``, ``windows_dropped``, ``event_time_ms`` epoch ms UTC, ``event``).
@@ -111,13 +111,13 @@ def recovery(late_rows: Iterable[Any] | None, corrections: list[dict[str, Any]],
 
 def public_correction(correction: dict[str, Any]) -> dict[str, Any]:
     """A correction as the faces show it: :data:`PUBLIC_FIELDS` only, in that order (``keys`` ``{}``
-    when absent, ``emitted`` None when never emitted; ``retracts`` only on a session window's
-    correction: ``[{"window_start_ms", "window_end_ms", "values"}]``, the sessions it replaces)."""
+    when absent, ``emitted`` None when never emitted; ``retracts``: the sessions a session window's
+    correction replaces, ``[{"window_start_ms", "window_end_ms", "values"}]``, empty for a time window's)."""
     return {"window_start_ms": correction["window_start_ms"], "window_end_ms": correction["window_end_ms"],
             "keys": dict(correction.get("keys") or {}), "emitted": correction.get("emitted"),
             "corrected": dict(correction["corrected"]), "late_rows": correction.get("late_rows"),
             "run": correction.get("run"), "batch_id": correction.get("batch_id"),
-            **({"retracts": [dict(r) for r in correction["retracts"]]} if "retracts" in correction else {})}
+            "retracts": [dict(r) for r in correction.get("retracts") or ()]}
 
 
 def corrected_windows(corrections: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -93,7 +93,7 @@ def session_corrections(truth: list[dict[str, Any]], published: list[dict[str, A
         emitted = next((p["values"] for p in overlapping if (p["start"], p["end"]) == (session["start"], session["end"])),
                        None)
         made.append({"window_start_ms": session["start"], "window_end_ms": session["end"],
-                     "keys": dict(zip(key_columns, session["keys"])), "emitted": emitted,
+                     "window_kind": "session", "keys": dict(zip(key_columns, session["keys"])), "emitted": emitted,
                      "corrected": dict(session["values"]), "late_rows": len(mine), "run": run_tag,
                      "batch_id": max((int(r["batch_id"]) for r in mine), default=last_batch_id),
                      "retracts": [{"window_start_ms": p["start"], "window_end_ms": p["end"], "values": dict(p["values"])}
