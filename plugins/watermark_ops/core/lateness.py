@@ -590,12 +590,9 @@ def _recovered(checkpoint: str, runs: list[RunDrops], ledger: Any, where: dict[s
     by_batch = {b.batch_id: b for b in ledger.batches if b.replayed}
     found = []
     for run in runs:
-        known = run.rows_late is not None
-        mine = [by_batch[b] for b in run.batch_ids] if known else []
-        figures = {"window_drops": sum(b.window_drops for b in mine) if known else None,
-                   "rows_late_partly": sum(b.rows_late_partly for b in mine) if known else None}
-        if corrections:
-            figures.update(recovery([r for b in mine for r in b.late_rows] if known else None, corrections,
-                                    run.run_tag))
-        found.append(figures)
+        mine = [by_batch[b] for b in run.batch_ids] if run.rows_late is not None else None
+        found.append({"window_drops": None if mine is None else sum(b.window_drops for b in mine),
+                      "rows_late_partly": None if mine is None else sum(b.rows_late_partly for b in mine),
+                      **(recovery(None if mine is None else [r for b in mine for r in b.late_rows], corrections,
+                                  run.run_tag) if corrections else {})})
     return tuple(found)

@@ -30,6 +30,7 @@ import io
 import sys
 from typing import TYPE_CHECKING, Any
 
+from watermark_ops.core.ledger.unknown import id_ranges  # batch ids as ranges, sorted: "0-3, 7"
 from watermark_ops.core.rules import ERROR, INFO, WARNING
 from watermark_ops.core.times import duration_ms, duration_text, iso_utc, watermark_text
 
@@ -437,13 +438,6 @@ def print_lateness_report(report: LatenessReport, console: Any) -> None:
 # The late-row ledger
 
 
-def id_ranges(ids: list[int]) -> str:
-    """Batch ids as ranges, sorted: ``0-3, 7`` (:func:`watermark_ops.core.ledger.unknown.id_ranges`)."""
-    from watermark_ops.core.ledger.unknown import id_ranges as ranges
-
-    return ranges(ids)
-
-
 def _batches(ids: list[int]) -> str:
     return f"batch {ids[0]}" if len(ids) == 1 else f"batches {id_ranges(ids)}"
 
@@ -451,8 +445,8 @@ def _batches(ids: list[int]) -> str:
 def _worst_lateness_column(batches: list[dict[str, Any]]) -> str:
     """The worst-lateness column's name, saying what it measures per the late rule's kind."""
     kinds = {(b.get("rule") or {}).get("kind") for b in batches} - {None}
-    measured = {"window_end": "window end", "session": "session end", "event_time": "event time"}
-    return "worst lateness\n(watermark − " + (" or ".join(measured[k] for k in sorted(kinds)) or "window end") + ")"
+    measured = [{"window_end": "window end", "session": "session end", "event_time": "event time"}[k] for k in sorted(kinds)]
+    return "worst lateness\n(watermark − " + (" or ".join(measured) or "window end") + ")"
 
 
 def print_late_ledger(ledger: LateLedger, console: Any) -> None:
@@ -509,11 +503,10 @@ def print_late_ledger(ledger: LateLedger, console: Any) -> None:
            f"{f' ({reasons})' if reasons else ''}; " if replayed or not unknown else "") + "Spark counted "
         f"{totals['late_partial_aggregates_spark']} late partial aggregates (numRowsDroppedByWatermark: for a window "
         f"aggregation the late (window, key) groups of a partial aggregation, not rows)."
+        + (f"\nPer window: {totals['window_drops']} (row, window) drops; {totals['rows_late_partly']} of the late rows "
+           "were dropped from only some of their windows and kept in the others." if totals.get("window_drops") is not None
+           and (totals["window_drops"] != totals["rows_late"] or totals["rows_late_partly"]) else "")
     )
-    drops, partly = totals.get("window_drops"), totals.get("rows_late_partly")
-    if drops is not None and (drops != totals.get("rows_late") or partly):  # a sliding window's rows
-        table.caption += (f"\nPer window: {drops} (row, window) drops; {partly} of the late rows were dropped from "
-                          "only some of their windows and kept in the others.")
     rules = {}
     for batch in document["batches"]:
         if batch["late_watermark_rule"]:
