@@ -20,6 +20,11 @@ export function problemOf(row: OverviewRow): string | null {
   return null;
 }
 
+/** The colour of a row's Problem cell: the row's severity (core.overview.severity), the one the header counts it under. */
+export function severityColor(row: OverviewRow): string {
+  return row.severity === "problem" ? "fg.error" : row.severity === "warning" ? "fg.warning" : "fg.muted";
+}
+
 function OverviewTable({ rows, open }: { rows: OverviewRow[]; open: (address: string) => void }) {
   return (
     <Table.Root size="sm" interactive data-testid="overview-table">
@@ -41,8 +46,8 @@ function OverviewTable({ rows, open }: { rows: OverviewRow[]; open: (address: st
                   <Text>{row.name}</Text>
                 )}
               </Table.Cell>
-              <Table.Cell color={problem ? "fg.error" : "fg.muted"} maxW="28rem">
-                {problem ?? (row.error ? row.error : "none")}
+              <Table.Cell color={severityColor(row)} maxW="28rem" data-severity={row.severity ?? "none"}>
+                {problem ? (row.severity === "warning" ? `warning: ${problem}` : problem) : (row.error ?? "none")}
               </Table.Cell>
               <Table.Cell whiteSpace="nowrap">{row.watermark_ms ? utc(row.watermark_ms) : "—"}</Table.Cell>
               <Table.Cell whiteSpace="nowrap">{row.latest_batch_ms ? `${duration(Date.now() - row.latest_batch_ms)} ago` : "—"}</Table.Cell>

@@ -31,6 +31,8 @@ export interface OverviewRow {
   latest_batch_ms: number | null;
   error: string | null;
   rank: number;
+  /** How the header counts the row (core.overview.severity): "problem", "warning", or null. */
+  severity: "problem" | "warning" | null;
   state_store: StateStoreColumn | null;
   refused_restart: { at_ms?: number; message?: string; [key: string]: unknown } | null;
   url: string | null;

@@ -16,7 +16,6 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from watermark_ops.airflow.memory import AssetStateStoreMemory
 from watermark_ops.airflow.registry import add_registry_inlet, package_asset, register_checkpoint
-from watermark_ops.core.audit import run_audit
 from watermark_ops.core.memory import MemoryFormatError, ResetAcceptanceError, accept_reset
 from watermark_ops.core.rules import ERROR, INFO, WARNING
 from watermark_ops.render import DEFAULT_LIMIT, audit_report_text
@@ -165,6 +164,8 @@ class WatermarkAuditOperator(BaseOperator):
             from watermark_ops.airflow.read_progress import logged_progress
 
             with logged_progress(self.checkpoint, logger=self.log):  # a line every few seconds of a long read
+                from watermark_ops.core.audit import run_audit  # the reader and the rules: at run time only
+
                 report = run_audit(self.checkpoint, memory, full=bool(self.full), state_store=self.state_store,
                                    state_thresholds=self.state_thresholds, **self._reading())
         except MemoryFormatError as exc:

@@ -42,8 +42,6 @@ from watermark_ops.core.partitions import (
     PartitionMemoryError,
     newly_closed,
 )
-from watermark_ops.core.stall import JUMPED, CheckpointMissing, StallInputError, evaluate
-from watermark_ops.core.thresholds import Thresholds
 from watermark_ops.core.times import instant_ms, iso_utc, now_ms
 
 __all__ = ["WatermarkPartitionsOperator"]
@@ -179,6 +177,10 @@ class WatermarkPartitionsOperator(BaseOperator):
             since_ms = instant_ms(self.since)
         except ValueError as exc:
             raise AirflowFailException(f"since of {self.task_id}: {exc}") from exc
+        # The checkpoint reader and its classification: loaded when the task runs, not when the DAG parses.
+        from watermark_ops.core.stall import JUMPED, CheckpointMissing, StallInputError, evaluate
+        from watermark_ops.core.thresholds import Thresholds
+
         try:
             from watermark_ops.airflow.storage import checkpoint_filesystem
 

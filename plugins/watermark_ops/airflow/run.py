@@ -62,9 +62,7 @@ from airflow.sdk import Asset, TaskGroup, task
 
 from watermark_ops.airflow.operators import WatermarkAuditOperator
 from watermark_ops.airflow.restart import DiagnosedSparkSubmitOperator
-from watermark_ops.airflow.partitions import WatermarkPartitionsOperator
 from watermark_ops.airflow.registry import CHECKPOINT_REGISTRY
-from watermark_ops.airflow.sensors import WatermarkReachedSensor
 
 __all__ = ["DEFAULT_TASK_IDS", "LAUNCHES", "default_corrections_asset", "launcher_path", "watermarked_run"]
 
@@ -472,12 +470,16 @@ def watermarked_run(
         if complete_target is not None:
             options = {"mode": "reschedule", "poke_interval": 60, "timeout": timedelta(hours=1), "retries": 0,
                        **(complete_kwargs or {})}
+            from watermark_ops.airflow.sensors import WatermarkReachedSensor  # only a run with a gate pays for it
+
             gate = WatermarkReachedSensor(task_id=ids["complete"], checkpoint=checkpoint, target=complete_target,
                                           asset=complete_asset, allowed_lateness=allowed_lateness, **options)
             # after the audit: completeness is announced only for a checkpoint whose watermark the audit
             # passed, and the two looks share the checkpoint's remembered view in one order on every run
             audit >> gate
         if partition_asset is not None:
+            from watermark_ops.airflow.partitions import WatermarkPartitionsOperator
+
             announce = WatermarkPartitionsOperator(
                 task_id=ids["announce"], checkpoint=checkpoint, asset=partition_asset, since=partition_since,
                 grain=partition_grain, timezone=partition_timezone, partition_facts=partition_facts, retries=2,

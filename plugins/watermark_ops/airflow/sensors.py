@@ -41,7 +41,7 @@ again gives the same answer), which carries that payload for notifiers.
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from airflow.sdk import Asset, BaseSensorOperator, PokeReturnValue
 from airflow.sdk.configuration import conf
@@ -53,11 +53,12 @@ from airflow.sdk.exceptions import (
 )
 
 from watermark_ops.airflow.registry import add_registry_inlet, register_checkpoint
-from watermark_ops.core.checks import Check, check_tail
-from watermark_ops.core.stall import StallInputError
-from watermark_ops.core.state.summary import state_options
+from watermark_ops.core.state.rules import state_options
 from watermark_ops.core.thresholds import DEFAULT_THRESHOLDS, StateThresholds, Thresholds
 from watermark_ops.core.times import instant_ms, iso_utc
+
+if TYPE_CHECKING:  # the checkpoint reader and its classification load when a sensor pokes, not at parse
+    from watermark_ops.core.checks import Check
 
 __all__ = ["WatermarkAlarm", "WatermarkReachedSensor", "WatermarkStallSensor"]
 
@@ -137,6 +138,8 @@ class _WatermarkSensor(BaseSensorOperator):
     def _check(self, context: Any = None) -> Check:
         """One evaluation from the remembered view (:func:`check_tail`); remembers the new view."""
         from watermark_ops.airflow.storage import checkpoint_filesystem
+        from watermark_ops.core.checks import check_tail
+        from watermark_ops.core.stall import StallInputError
         from watermark_ops.core.state.summary import state_outcome
         from watermark_ops.core.view import load_view, save_view
 

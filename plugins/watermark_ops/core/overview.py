@@ -32,7 +32,7 @@ from watermark_ops.core.thresholds import Thresholds
 from watermark_ops.core.times import iso_utc, now_ms
 
 __all__ = ["DEFAULT_CHART_LIMIT", "DEFAULT_PAGE_SIZE", "DEFAULT_RUNS_LIMIT", "MAX_PAGE_SIZE", "checkpoint_detail",
-           "count_states", "empty_row", "overview_row", "page_of", "sort_overview", "state_key",
+           "count_states", "empty_row", "overview_row", "page_of", "severity", "sort_overview", "state_key",
            "with_late_rows", "with_state_column"]
 
 #: The newest batches the chart and the batch table show (older ones are counted, not drawn).
@@ -216,6 +216,15 @@ def state_key(row: dict[str, Any]) -> str:
     return row.get("state") or "unknown"
 
 
+def severity(row: dict[str, Any]) -> str | None:
+    """How an overview row counts in :func:`page_of`'s totals, the one severity the views show it
+    with: ``"problem"`` (ranked unreadable, violated or alarming), ``"warning"`` (ranked warning:
+    a warning finding, a state finding such as ``state_never_compacted``, uncorrected late rows,
+    lagging), else None."""
+    rank = row.get("rank", _RANK_OK)
+    return "problem" if rank <= _RANK_ALARM else "warning" if rank == _RANK_WARNING else None
+
+
 def sort_overview(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """Rows with problems first (by ``rank``), then by name."""
     return sorted(rows, key=lambda row: (row["rank"], str(row["name"])))
@@ -228,16 +237,18 @@ def page_of(rows: Sequence[dict[str, Any]], page: int = 1,
     :param rows: the rows (already sorted, problems first, and filtered for the viewer).
     :param page: 1-based; past the last page, the last page.
     :param page_size: rows per page (at least 1).
-    :return: ``(the page's rows, {"total": rows, "page": the page shown, "page_size", "pages",
+    :return: ``(the page's rows, each with its :func:`severity` as "severity", {"total": rows,
+        "page": the page shown, "page_size", "pages",
         "problems": rows ranked unreadable, violated or alarming, "warnings": rows ranked warning})``.
     """
     size = max(1, int(page_size))
     pages = max(1, -(-len(rows) // size))
     shown = min(max(1, int(page)), pages)
-    return list(rows[(shown - 1) * size:shown * size]), {
+    severities = [severity(r) for r in rows]
+    return [{**r, "severity": severities[(shown - 1) * size + i]}
+            for i, r in enumerate(rows[(shown - 1) * size:shown * size])], {
         "total": len(rows), "page": shown, "page_size": size, "pages": pages,
-        "problems": sum(1 for r in rows if r.get("rank", _RANK_OK) <= _RANK_ALARM),
-        "warnings": sum(1 for r in rows if r.get("rank") == _RANK_WARNING),
+        "problems": severities.count("problem"), "warnings": severities.count("warning"),
     }
 
 

@@ -181,6 +181,31 @@ def test_overview_rows_problems_first(client, ui):
     assert rows.index(not_yet) == len(rows) - 1 or rows[-1]["rank"] == not_yet["rank"]
 
 
+def test_overview_rows_carry_the_severity_the_header_counts(client, ui):
+    """Each row says whether it is a problem or a warning, the classification the header's counts
+    use: the React view colours a warning (a state finding such as state_never_compacted) as a
+    warning, not as a problem."""
+    document = client.get("/watermark-ops/api/checkpoints").json()
+    rows = document["checkpoints"]
+    severities = [row["severity"] for row in rows]
+    assert severities.count("problem") == document["problems"] >= 2
+    assert severities.count("warning") == document["warnings"]
+    by_name = {row["location"]: row for row in rows}
+    assert by_name[str(ui.root / "regressed")]["severity"] == "problem"
+    assert by_name[str(ui.root / "broken")]["severity"] == "problem"
+    for row in rows:
+        assert row["severity"] == ("problem" if row["rank"] <= 1 else "warning" if row["rank"] == 2 else None), row
+    # A healthy row with a state warning (what a restart of a never-compacted store replays) is a warning.
+    from watermark_ops.core.overview import page_of, severity
+
+    healthy = {**by_name[str(ui.root / "big")], "state_store": None}
+    assert healthy["rank"] == 3 and severity(healthy) is None
+    warned = {**healthy, "state_store": {"codes": ["state_never_compacted"]}, "rank": 2}
+    shown, paging = page_of([warned, healthy])
+    assert [row["severity"] for row in shown] == ["warning", None]
+    assert paging["warnings"] == 1 and paging["problems"] == 0
+
+
 def test_overview_page_shows_states_and_errors_on_their_rows(client, ui):
     reply = client.get("/watermark-ops/")
     assert reply.status_code == 200 and reply.headers["content-type"].startswith("text/html")

@@ -12,14 +12,18 @@ days (what the ``local[2]`` runs write, checked in ``tests/spark_jobs``), every 
 diverted flight is quarantined once, the master ran the runs (three applications under submit; the
 one Connect server application, still running, under connect), and the completeness asset got its events. A deferrable ``WatermarkReachedSensor`` (DAG ``watermark_wait``), triggered after the
 first run for an instant only the third run closes, waits in the real triggerer and succeeds after
-the third run. ``deploy.down()`` stops every process it started, by PID.
+the third run. docs/ui.md's curl sequence (token from ``/auth/token`` with the password read from
+the deployment's passwords file, then the JSON endpoints) runs as written against the same
+deployment. ``deploy.down()`` stops every process it started, by PID.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
+import subprocess
 import tempfile
 import time
 import urllib.error
@@ -32,6 +36,7 @@ import pytest
 from tests.spark_jobs.flight_expectations import assert_quarantine_equals, assert_sink_equals, expected_windows
 
 DAG = "flights_pipeline"
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")
@@ -196,6 +201,43 @@ def test_the_scheduler_runs_three_days_on_the_cluster_and_survives_a_killed_work
             for line in open(path, errors="replace") if "Lost task" in line or "Lost executor" in line]
     assert any("Lost executor" in line for line in lost), "the driver never noticed the killed worker"
     print("the driver saw:", *lost, sep="\n  ")
+
+
+def _ui_doc_block() -> str:
+    """docs/ui.md's shell block that calls the JSON endpoints (the one that asks /auth/token)."""
+    blocks = re.findall(r"^```bash\n(.*?)^```", (REPO / "docs" / "ui.md").read_text(), re.S | re.M)
+    found = [b for b in blocks if "/auth/token" in b]
+    assert len(found) == 1, blocks
+    return found[0]
+
+
+def test_the_ui_docs_curl_sequence_works_as_written(deployment):
+    """docs/ui.md's token and JSON calls, run as written by bash from the repository's root against
+    this deployment (the same as ``make up``): the password read from the deployment's passwords
+    file, a token from /auth/token, the overview and its first checkpoint's page as JSON."""
+    _, urls, _, _ = deployment
+    block = _ui_doc_block()
+    assert "http://127.0.0.1:28080" in block and urls["airflow"] == "http://127.0.0.1:28080"
+    done = subprocess.run(["bash", "-e", "-u", "-o", "pipefail", "-c", block], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    printed = [json.loads(part) for part in re.findall(r"^\{.*?^\}", done.stdout, re.S | re.M)]
+    # What the doc printed is what an authenticated client of the same api-server reads.
+    overview = Api(urls["airflow"]).get("/watermark-ops/api/checkpoints?page_size=1000")
+    assert overview["total"] >= 1
+    assert printed[0] == {"total": overview["total"], "problems": overview["problems"],
+                          "warnings": overview["warnings"], "first": overview["checkpoints"][0]["name"]}
+    run = [row for row in overview["checkpoints"] if row["state_key"] != "not_run"]
+    if run:  # after the scheduler's runs (this module's order): the first run checkpoint's page
+        assert len(printed) == 2 and printed[1]["location"].endswith("/" + run[0]["address"].split("/", 1)[1])
+    else:  # a fresh deployment: every checkpoint is "not run yet", and the block says so
+        assert len(printed) == 1 and "no checkpoint has run yet" in done.stdout, done.stdout
+    # The block fails loudly with a wrong password: the token request answers 401 and curl -f stops it.
+    wrong = block.replace('"$(jq -r .admin "$PASSWORDS")"', '"not-the-password"')
+    assert wrong != block
+    refused = subprocess.run(["bash", "-e", "-u", "-o", "pipefail", "-c", wrong], cwd=REPO, capture_output=True,
+                             text=True, timeout=120)
+    assert refused.returncode != 0 and "error: 401" in refused.stderr, (refused.stdout, refused.stderr)
 
 
 def _kill_a_worker_mid_batch(deploy, checkpoint: str, first_new_batch: int) -> str | None:

@@ -42,7 +42,7 @@ from watermark_ops.core.thresholds import AUTO, DEFAULT_STATE_THRESHOLDS, StateT
 
 __all__ = ["COMPACTION_MARGIN", "DEFAULT_MIN_DELTAS_FOR_SNAPSHOT", "MAINTENANCE_RECIPE", "MIN_DELTAS_CONF",
            "STATE_RULES", "compaction_limit", "min_deltas_for_snapshot", "state_files_accumulating",
-           "state_findings", "state_growing", "state_never_compacted", "state_unbounded"]
+           "state_findings", "state_growing", "state_never_compacted", "state_options", "state_unbounded"]
 
 #: The SQL conf of how many deltas (changelogs) follow a snapshot before the next one.
 MIN_DELTAS_CONF = "spark.sql.streaming.stateStore.minDeltasForSnapshot"
@@ -201,3 +201,22 @@ def state_findings(state: Any, thresholds: StateThresholds = DEFAULT_STATE_THRES
     problems = list(state.problems) + [p for op in state.operators for p in op.problems]
     return [*state_unbounded(state), *state_growing(state, thresholds), *state_never_compacted(state, thresholds),
             *state_files_accumulating(state, thresholds), *unreadable(problems)]
+
+
+def state_options(fail_on_state: Any, state_thresholds: Any, state_store: bool) -> tuple[tuple[str, ...], StateThresholds]:
+    """The sensors' and their trigger's state options (``fail_on_state``, ``state_thresholds``,
+    ``state_store``: :class:`watermark_ops.airflow.sensors.WatermarkStallSensor`), validated:
+    ``(rules to fail on, thresholds)``.
+
+    :raises ValueError: an unknown rule (naming the known ones), ``fail_on_state`` without
+        ``state_store``, or a bad threshold.
+    """
+    rules = (fail_on_state,) if isinstance(fail_on_state, str) else tuple(fail_on_state or ())
+    unknown = sorted(set(rules) - set(STATE_RULES))
+    if unknown:
+        raise ValueError(f"fail_on_state: unknown state rules {unknown}; expected some of {sorted(STATE_RULES)}")
+    if rules and not state_store:
+        raise ValueError("fail_on_state needs state_store=True (the state is not read otherwise)")
+    if isinstance(state_thresholds, StateThresholds):
+        return rules, state_thresholds
+    return rules, StateThresholds.from_dict(dict(state_thresholds or {}))

@@ -40,6 +40,7 @@ import msgspec.structs
 from watermark_ops.core.log_formats import ReadProblem
 from watermark_ops.core.rules import Finding
 from watermark_ops.core.state.model import CheckpointState, OperatorState, StateBatch
+from watermark_ops.core.state.rules import state_options  # noqa: F401 (its old home)
 from watermark_ops.core.thresholds import DEFAULT_STATE_THRESHOLDS, StateThresholds
 
 __all__ = ["DEPTHS", "KEPT_BATCHES", "VIEW_MAX_REPLAY_BYTES", "StateSummary", "finding_document", "read_summary",
@@ -273,27 +274,6 @@ def state_outcome(check: Any, view: Any, fail_on: Iterable[str] = (),
         check = replace(check, outcome="fail",
                         message=f"state store of {summary.state.location}: {first.rule}: {first.message}")
     return check, summary.document(thresholds, found)
-
-
-def state_options(fail_on_state: Any, state_thresholds: Any, state_store: bool) -> tuple[tuple[str, ...], StateThresholds]:
-    """The sensors' and their trigger's state options (``fail_on_state``, ``state_thresholds``,
-    ``state_store``: :class:`watermark_ops.airflow.sensors.WatermarkStallSensor`), validated:
-    ``(rules to fail on, thresholds)``.
-
-    :raises ValueError: an unknown rule (naming the known ones), ``fail_on_state`` without
-        ``state_store``, or a bad threshold.
-    """
-    from watermark_ops.core.state.rules import STATE_RULES
-
-    rules = (fail_on_state,) if isinstance(fail_on_state, str) else tuple(fail_on_state or ())
-    unknown = sorted(set(rules) - set(STATE_RULES))
-    if unknown:
-        raise ValueError(f"fail_on_state: unknown state rules {unknown}; expected some of {sorted(STATE_RULES)}")
-    if rules and not state_store:
-        raise ValueError("fail_on_state needs state_store=True (the state is not read otherwise)")
-    if isinstance(state_thresholds, StateThresholds):
-        return rules, state_thresholds
-    return rules, StateThresholds.from_dict(dict(state_thresholds or {}))
 
 
 # --------------------------------------------------------------------------------------------
