@@ -34,6 +34,7 @@ import pandas as pd
 import pytest
 
 from tests.packaging_fixtures import uv
+from tests.release_venvs import CACHE, release_venv
 from tests.spark_jobs.test_launch import _weather
 from tests.spark_jobs.test_twin import DELAY_MS, HOUR_MS, land, pandas_late, pandas_windows
 
@@ -42,7 +43,6 @@ pytestmark = pytest.mark.timeout(1800)
 REPO = Path(__file__).resolve().parents[1]
 #: The releases besides the pinned 4.2.0 (the newest of each line on PyPI when written).
 RELEASES = ("3.5.9", "4.0.5", "4.1.4", "4.3.0")
-CACHE = Path(os.environ.get("WATERMARK_OPS_RELEASE_VENVS", Path.home() / ".cache" / "watermark-ops"))
 TEMPS_JOB = REPO / "tests" / "temps_project" / "jobs" / "city_temps.py"
 PARQUET_JOB = '''
 import sys
@@ -63,21 +63,11 @@ hourly.writeStream.outputMode("append").format("json").option("checkpointLocatio
 
 
 def _environment(release: str, wheel: Path) -> Path:
-    """The release's venv (made once, under a lock) with this run's wheel, without Airflow."""
-    venv = CACHE / f"pyspark-{release}"
-    CACHE.mkdir(parents=True, exist_ok=True)
+    """The release's venv (``tests.release_venvs``) with this run's wheel, without Airflow."""
+    venv = release_venv(release)
+    python = venv / "bin" / "python"
     with open(CACHE / f"pyspark-{release}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        python = venv / "bin" / "python"
-        if not (venv / ".made").exists():
-            subprocess.run([uv(), "venv", "-q", "--clear", "--python", sys.executable, str(venv)], check=True)
-            wanted = [f"pyspark=={release}", "pandas<3", "pyarrow"]
-            offline = subprocess.run([uv(), "pip", "install", "-q", "--offline", "--python", str(python), *wanted],
-                                     capture_output=True, text=True)
-            if offline.returncode != 0:  # not in uv's cache yet: from the index (a pyspark sdist builds once)
-                subprocess.run([uv(), "pip", "install", "-q", "--python", str(python), *wanted], check=True,
-                               timeout=1500)
-            (venv / ".made").touch()
         # The driver part from the wheel: the base install and the spark extra, nothing of Airflow.
         subprocess.run([uv(), "pip", "install", "-q", "--python", str(python), "--reinstall-package", "watermark-ops",
                         f"watermark-ops[spark] @ {wheel.as_uri()}"], check=True, timeout=600)

@@ -220,8 +220,9 @@ def run_audit(location: Any, memory: AuditMemory | None = None, *, storage_optio
             known = _known(view)
     checkpoint = view.fresh or view.window
     records = batch_records(view.fresh) if view.fresh is not None else BatchRecord.from_batches(known)
+    seen = BatchRecord.from_batches(previous.window.batches) if previous is not None else ()
     memory_findings = memory_rules(records, remembered, query_id=checkpoint.query_id,
-                                   head_batch_id=checkpoint.head_batch_id, location=checkpoint.location)
+                                   head_batch_id=checkpoint.head_batch_id, location=checkpoint.location, seen=seen)
     findings = with_memory(view.findings, memory_findings)
     summary, document = view.state_store if state_store else None, None
     if summary is not None:

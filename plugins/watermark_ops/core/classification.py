@@ -333,7 +333,7 @@ def classify(checkpoint: Checkpoint, progress_records: Iterable[dict[str, Any]] 
     if stalled:
         applies.append(STALLED)
         reasons.append(stalled)
-        hints = stall_hints(flat, len(head.sources), policy)
+        hints = stall_hints(flat, head.keys, policy)
     if t.max_lag is not None and lag is not None and lag > _ms(t.max_lag):
         applies.append(LAGGING)
         basis = "" if judged.basis == WALL_CLOCK else "; judged against the data interval the run processed"

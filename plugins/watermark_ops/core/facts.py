@@ -24,8 +24,11 @@ __all__ = ["BatchFacts", "batch_facts", "inputs_evidence", "last_move", "progres
 class BatchFacts:
     """What the classification knows of one batch (epoch ms UTC).
 
-    :ivar inputs_advanced: the source indexes (plan order) whose offset changed against the
-        previous batch; None when unknown (first retained batch after a purge, no progress log).
+    :ivar inputs_advanced: the sources whose offset changed against the previous batch (or that
+        appeared with an offset): v1 offset logs by plan position (``int``), v2 by the name written
+        in the file (``str``: a v2 file lists its sources in no fixed order); None when unknown
+        (first retained batch after a purge, no progress log, a v1 log whose source count changed).
+    :ivar source_keys: the keys of ``sources`` in file order (positions, or v2 names).
     :ivar input_rows: rows read (progress log), None without a record.
     :ivar event_time_max_ms: the largest event time the watermark operators saw (progress log
         ``eventTime.max``), None when no row carried one or without a record.
@@ -38,10 +41,16 @@ class BatchFacts:
     next_watermark_ms: int | None
     committed: bool
     sources: tuple[Any, ...]
-    inputs_advanced: tuple[int, ...] | None
+    inputs_advanced: tuple[int | str, ...] | None
     input_rows: int | None = None
     event_time_max_ms: int | None = None
     run_id: str | None = None
+    source_keys: tuple[int | str, ...] = ()
+
+    @property
+    def keys(self) -> tuple[int | str, ...]:
+        """:attr:`source_keys`, or the positions when built without them."""
+        return self.source_keys or tuple(range(len(self.sources)))
 
     @property
     def is_data(self) -> bool:
@@ -98,7 +107,7 @@ def _advanced_from_progress(record: dict[str, Any] | None) -> tuple[int, ...] | 
 def batch_facts(checkpoint: Checkpoint, progress: dict[int, dict[str, Any]], at_ms: int) -> list[BatchFacts]:
     """The readable batches at or before ``at_ms``, in batch-id order, with their inputs."""
     out: list[BatchFacts] = []
-    previous_sources: tuple[Any, ...] | None = None
+    previous: dict[int | str, Any] | None = None
     for batch in checkpoint.batches:
         offsets = batch.offsets
         if offsets is None:
@@ -106,15 +115,17 @@ def batch_facts(checkpoint: Checkpoint, progress: dict[int, dict[str, Any]], at_
         if offsets.timestamp_ms > at_ms:
             break
         record = progress.get(batch.batch_id)
-        if previous_sources is not None and len(previous_sources) == len(offsets.sources):
-            advanced: tuple[int, ...] | None = tuple(
-                i for i, (old, new) in enumerate(zip(previous_sources, offsets.sources)) if old != new
-            )
+        current = offsets.by_source
+        advanced: tuple[int | str, ...] | None
+        if previous is not None and (previous.keys() == current.keys() or offsets.version >= 2):
+            # by key: a v2 source added on restart advanced when it has an offset; a removed one did not
+            advanced = tuple(k for k, new in current.items()
+                             if new != previous.get(k) and (k in previous or new is not None))
         elif batch.batch_id == 0:
-            advanced = tuple(i for i, s in enumerate(offsets.sources) if s is not None)
+            advanced = tuple(k for k, s in current.items() if s is not None)
         else:
             advanced = _advanced_from_progress(record)
-        previous_sources = offsets.sources
+        previous = current
         out.append(BatchFacts(
             batch_id=batch.batch_id,
             timestamp_ms=offsets.timestamp_ms,
@@ -128,6 +139,7 @@ def batch_facts(checkpoint: Checkpoint, progress: dict[int, dict[str, Any]], at_
             input_rows=None if record is None else int(record.get("input_rows") or 0),
             event_time_max_ms=None if record is None else record.get("event_time_max_ms"),
             run_id=None if record is None else record.get("run_id"),
+            source_keys=tuple(current),
         ))
     return out
 
@@ -155,11 +167,13 @@ def inputs_evidence(facts: Sequence[BatchFacts], progress: dict[int, dict[str, A
             if isinstance(source, dict) and source.get("description"):
                 descriptions[i] = source["description"]
     out = []
-    for i, offset in enumerate(head.sources):
-        last = next((b for b in reversed(facts) if b.inputs_advanced and i in b.inputs_advanced), None)
+    for i, (key, offset) in enumerate(zip(head.keys, head.sources)):
+        last = next((b for b in reversed(facts) if b.inputs_advanced and key in b.inputs_advanced), None)
+        named = isinstance(key, str)  # a v2 offset log: the source's name; progress lists plan order
         out.append({
-            "source": i,
-            "description": descriptions.get(i),
+            "source": key,
+            "name": key if named else None,
+            "description": None if named else descriptions.get(i),
             "offset": offset,
             "last_advanced_batch": last.batch_id if last else None,
             "last_advanced_ms": last.timestamp_ms if last else None,

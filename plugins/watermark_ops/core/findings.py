@@ -23,6 +23,7 @@ from watermark_ops.core.rules import (
     WARNING,
     BatchRecord,
     Finding,
+    batch_kinds,
     commit_offset_mismatch,
     commit_without_offsets,
     conf_changed,
@@ -102,6 +103,7 @@ def log_rules(records: tuple[BatchRecord, ...], checkpoint: Checkpoint, progress
                        lambda: uses_async_progress_tracking(records, progress.records if progress is not None else (),
                                                             checkpoint.query_id)),
         *conf_changed(records),
+        *batch_kinds(records),
         *(conf_requested_but_frozen(records, progress.records, progress.location, checkpoint.query_id,
                                     seen=conf_seen, reported=reported)
           if progress is not None else []),

@@ -168,6 +168,15 @@ class OffsetsEntry(msgspec.Struct, frozen=True):
     source_ids: tuple[str, ...]
     metadata: dict[str, Any]
 
+    @property
+    def by_source(self) -> dict[int | str, Any]:
+        """The offsets keyed by source: v1 by plan position (``0``, ``1``, ...: ``int``); v2 by the
+        id written before each offset (the source's name, or its position as text: ``str``),
+        because a v2 file lists its sources in no fixed order (``OffsetSeqLog`` v2, Spark 4.2+)."""
+        if self.version >= 2:
+            return dict(zip(self.source_ids, self.sources))
+        return dict(enumerate(self.sources))
+
 
 class CommitEntry(msgspec.Struct, frozen=True):
     """One parsed ``commits/N`` file (``CommitLog``; format in the module docstring).

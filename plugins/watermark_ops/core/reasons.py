@@ -20,7 +20,10 @@ from watermark_ops.core.times import iso_utc
 __all__ = ["advancing_reason", "idle_reason", "jumped_reason", "stall_hints", "stalled_reason"]
 
 
-def stall_hints(flat: Sequence[BatchFacts], n_inputs: int, policy: str | None) -> list[str]:
+def stall_hints(flat: Sequence[BatchFacts], inputs: Sequence[int | str], policy: str | None) -> list[str]:
+    """The likely causes of a stall over the flat batches; ``inputs``: the head's source keys
+    (:attr:`BatchFacts.keys`: plan positions, or a v2 offset log's names)."""
+    n_inputs = len(inputs)
     hints: list[str] = []
     rows = [b for b in flat if b.input_rows]
     if rows and all(b.event_time_max_ms is None for b in rows):
@@ -39,14 +42,14 @@ def stall_hints(flat: Sequence[BatchFacts], n_inputs: int, policy: str | None) -
     known = [b for b in flat if b.inputs_advanced is not None]
     if n_inputs >= 2 and known and (policy or "min") == "min":
         seen = set().union(*(b.inputs_advanced for b in known))
-        never = [i for i in range(n_inputs) if i not in seen]
+        never = [i for i in inputs if i not in seen]
         if never:
             hints.append(
                 f"input(s) {', '.join(map(str, never))} got no data in these batches: under the 'min' "
                 f"multiple-watermark policy the global watermark waits for the slowest input"
             )
         else:
-            runs: dict[Any, set[int]] = {}
+            runs: dict[Any, set[int | str]] = {}
             for b in known:
                 runs.setdefault(b.run_id or ("batch", b.batch_id), set()).update(b.inputs_advanced)
             if all(len(inputs) < n_inputs for inputs in runs.values()):

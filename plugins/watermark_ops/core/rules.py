@@ -48,8 +48,18 @@ Rules (name: severity, what):
   checkpoint overrode: the job's progress log beside the checkpoint records each run's
   ``requested_conf``, while Spark writes the frozen value into every new offsets file
   (``OffsetSeqMetadata.setSessionConf``), so the offsets alone never show that drift.
+* ``state_repartitioned`` (info): the batch Spark's offline state repartition wrote (same offsets,
+  watermark and batch time as the batch before, a new ``spark.sql.shuffle.partitions``; Spark 4.2+,
+  :mod:`watermark_ops.core.batch_kinds`): not a ``conf_changed``.
+* ``sources_changed`` (info): a v2 offset log's named sources differ from the previous batch's: a
+  source added or removed on restart (source evolution, Spark 4.2+), named at that batch.
 * ``checkpoint_reset`` (error, memory): the query id changed: the checkpoint was replaced and the
   watermark restarted from 0.
+* ``query_id_changed`` (info, memory): the query id changed over the same history: the batch the
+  previous audit saw as head is still there, written before that audit (its ``batchTimestampMs``)
+  and ending at the watermark it remembered. Spark writes a new id when ``metadata`` was lost and
+  ``spark.sql.streaming.checkpoint.verifyMetadataExists.enabled=false`` lets it go on
+  (``StreamMetadata``, ``MicroBatchExecution``, Spark 4.2+); nothing was replaced.
 * ``reset_accepted`` (info, memory): the query id changed exactly as someone accepted beforehand
   (:func:`watermark_ops.core.memory.accept_reset`: who, when, why); a change to another query id
   is still ``checkpoint_reset``.
@@ -68,7 +78,8 @@ from typing import Any, Callable, Iterable, Sequence
 import msgspec
 
 from watermark_ops.core.checkpoint import Batch
-from watermark_ops.core.log_formats import ReadProblem
+from watermark_ops.core.batch_kinds import SHUFFLE_PARTITIONS, batch_events, repartition_of
+from watermark_ops.core.log_formats import OffsetsEntry, ReadProblem
 from watermark_ops.core.memory import RememberedHead
 from watermark_ops.core.times import iso_utc
 
@@ -81,8 +92,10 @@ __all__ = [
     "Finding",
     "commit_offset_mismatch",
     "commit_without_offsets",
+    "batch_kinds",
     "conf_changed",
     "conf_requested_but_frozen",
+    "history_kept",
     "in_flight_batch",
     "memory_rules",
     "missing_batch",
@@ -105,7 +118,10 @@ RULES: dict[str, str] = {
     "restart_impossible": ERROR,
     "in_flight_batch": INFO,
     "conf_changed": WARNING,
+    "state_repartitioned": INFO,
+    "sources_changed": INFO,
     "checkpoint_reset": ERROR,
+    "query_id_changed": INFO,
     "reset_accepted": INFO,
     "rewound": ERROR,
     "unreadable": ERROR,
@@ -154,6 +170,7 @@ class BatchRecord(msgspec.Struct, frozen=True):
     conf: dict[str, str] | None = None
     offsets_file: str | None = None
     commit_file: str | None = None
+    offsets: OffsetsEntry | None = None
 
     @classmethod
     def from_batch(cls, batch: Batch) -> BatchRecord:
@@ -176,7 +193,7 @@ class BatchRecord(msgspec.Struct, frozen=True):
                        commit.next_watermark_ms if commit is not None and "nextBatchWatermarkMs" in commit.metadata
                        else None,
                        batch.commit_file is not None, batch.offsets_file is not None, conf, batch.offsets_file,
-                       batch.commit_file))
+                       batch.commit_file, offsets))
         return tuple(records)
 
     def to_dict(self) -> dict[str, Any]:
@@ -381,20 +398,31 @@ def conf_changed(records: Sequence[BatchRecord]) -> list[Finding]:
     """Confs that differ from the previous batch that recorded them (keys in both only)."""
     findings = []
     previous: tuple[int, dict[str, str]] | None = None
+    last: BatchRecord | None = None
     for record in records:
         if not record.conf:
             continue
         if previous is not None and previous[1] != record.conf:  # equal (often the very same dict): no change
             before_id, before = previous
+            # a repartition batch sets a new partition count on purpose: state_repartitioned names it
+            moved = (last is not None and last.offsets is not None and record.offsets is not None
+                     and repartition_of(last.offsets, record.offsets) is not None)
             for key in sorted(set(before) & set(record.conf)):
-                if before[key] != record.conf[key]:
+                if before[key] != record.conf[key] and not (moved and key == SHUFFLE_PARTITIONS):
                     findings.append(_finding(
                         "conf_changed", record.batch_id, record.offsets_file,
                         f"{key} is {record.conf[key]!r} in offsets/{record.batch_id} but {before[key]!r} in "
                         f"offsets/{before_id}: Spark freezes it at the first batch and ignores a new value",
                     ))
-        previous = (record.batch_id, record.conf)
+        previous, last = (record.batch_id, record.conf), record
     return findings
+
+
+def batch_kinds(records: Sequence[BatchRecord]) -> list[Finding]:
+    """``state_repartitioned`` and ``sources_changed`` (info): the batches of
+    :mod:`watermark_ops.core.batch_kinds`, each named at the batch where it happened."""
+    events = batch_events((r.offsets, r.committed) for r in records if r.offsets is not None)
+    return [_finding(e["kind"], e["batch_id"], e["file"], e["message"]) for e in events]
 
 
 def conf_requested_but_frozen(records: Sequence[BatchRecord], progress_records: Iterable[dict[str, Any]],
@@ -438,9 +466,10 @@ def conf_requested_but_frozen(records: Sequence[BatchRecord], progress_records: 
 
 
 def memory_rules(records: Sequence[BatchRecord], remembered: RememberedHead | None, *, query_id: str | None,
-                 head_batch_id: int | None, location: str) -> list[Finding]:
-    """``checkpoint_reset`` (or ``reset_accepted``), ``rewound`` and ``watermark_regressed`` against
-    the remembered head."""
+                 head_batch_id: int | None, location: str, seen: Sequence[BatchRecord] = ()) -> list[Finding]:
+    """``checkpoint_reset`` (or ``query_id_changed``, ``reset_accepted``), ``rewound`` and
+    ``watermark_regressed`` against the remembered head; ``seen``: the batches the previous audit
+    read (its remembered view), the evidence of :func:`history_kept`."""
     if remembered is None:
         return []
     when = iso_utc(remembered.audited_at_ms)
@@ -451,6 +480,10 @@ def memory_rules(records: Sequence[BatchRecord], remembered: RememberedHead | No
         if acceptance is not None and acceptance.covers(remembered.query_id, query_id):
             return [_finding("reset_accepted", None, f"{location.rstrip('/')}/metadata",
                              f"{change}: the checkpoint was replaced on purpose, reset {acceptance.describe()}")]
+        kept = history_kept(records, remembered, seen)
+        if kept is not None:
+            return [_finding("query_id_changed", None, f"{location.rstrip('/')}/metadata",
+                             f"query id changed, history kept: {change}; {kept}")]
         other = (f"; the reset {acceptance.describe()} was for query id {acceptance.to_query_id}, not this one"
                  if acceptance is not None else "")
         return [_finding(
@@ -476,6 +509,32 @@ def memory_rules(records: Sequence[BatchRecord], remembered: RememberedHead | No
             f"the watermark the audit of {when} saw for the batch after head {remembered.head_batch_id}{more}",
         ))
     return findings
+
+
+def history_kept(records: Sequence[BatchRecord], remembered: RememberedHead,
+                 seen: Sequence[BatchRecord] = ()) -> str | None:
+    """The evidence that a new query id goes on over the remembered history, or None (a replaced
+    checkpoint): the remembered head batch is still in the offset log with the ``batchTimestampMs``
+    (epoch ms) the previous audit read in it (``seen``; without it: at or before that audit), the
+    watermark after it is the one remembered (``max(offsets batchWatermarkMs, commits
+    nextBatchWatermarkMs)``, ms), and no later batch runs below it. A checkpoint written again
+    from scratch has new batch times, whatever its watermarks."""
+    then = next((r for r in records if r.batch_id == remembered.head_batch_id), None)
+    if then is None or then.watermark_ms is None or then.timestamp_ms is None:
+        return None
+    saw = next((r for r in seen if r.batch_id == remembered.head_batch_id and r.timestamp_ms is not None), None)
+    if (then.timestamp_ms != saw.timestamp_ms) if saw is not None else (then.timestamp_ms > remembered.audited_at_ms):
+        return None
+    end = max(then.watermark_ms, then.next_watermark_ms or 0) if then.committed else then.watermark_ms
+    if remembered.watermark_ms != end:
+        return None
+    later = [r for r in records if r.batch_id > then.batch_id and r.watermark_ms is not None]
+    if any(r.watermark_ms < remembered.watermark_ms for r in later):
+        return None
+    return (f"offsets/{then.batch_id} is still the batch of {iso_utc(then.timestamp_ms)} that audit saw, ending at "
+            f"watermark {_ms(remembered.watermark_ms)}, and {len(later)} later batch(es) continue from it: Spark wrote "
+            f"a new metadata id over the same offsets and watermark (a lost metadata file restarted with "
+            f"spark.sql.streaming.checkpoint.verifyMetadataExists.enabled=false), not a reset")
 
 
 def unreadable(problems: Iterable[ReadProblem]) -> list[Finding]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from watermark_ops.core.batch_kinds import batch_events
 from watermark_ops.core.checkpoint import Checkpoint
 from watermark_ops.core.log_formats import ReadProblem
 from watermark_ops.core.times import iso_utc
@@ -39,6 +40,9 @@ class CheckpointStatus:
     :ivar batches_read: the batch ids whose files were read.
     :ivar unread_batches: older batch ids listed but not read (a bounded read,
         :func:`watermark_ops.core.stall.read_recent`); 0 when every file was read.
+    :ivar events: the batches read that are not ordinary micro-batches, each named at its batch
+        (:func:`watermark_ops.core.batch_kinds.batch_events`: a state repartition, a v2 offset
+        log's source added or removed): ``{"kind", "batch_id", "file", "message", ...}``.
     """
 
     location: str
@@ -51,6 +55,7 @@ class CheckpointStatus:
     problems: tuple[ReadProblem, ...] = ()
     batches_read: int = 0
     unread_batches: int = 0
+    events: tuple[dict[str, Any], ...] = ()
 
     @classmethod
     def of(cls, checkpoint: Checkpoint) -> CheckpointStatus:
@@ -70,6 +75,7 @@ class CheckpointStatus:
             problems=checkpoint.problems,
             batches_read=len(checkpoint.batches),
             unread_batches=checkpoint.unread_batches,
+            events=tuple(batch_events((b.offsets, b.committed) for b in checkpoint.batches if b.offsets is not None)),
         )
 
     @property
@@ -85,7 +91,8 @@ class CheckpointStatus:
 
             {"location", "query_id", "head_batch_id", "lowest_batch_id", "watermark_ms", "watermark",
              "in_flight_batch", "latest_batch_timestamp_ms", "latest_batch_time",
-             "problems": [{"kind", "file", "message", "batch_id"}], "batches_read", "unread_batches"}
+             "problems": [{"kind", "file", "message", "batch_id"}], "batches_read", "unread_batches",
+             "events": [{"kind", "batch_id", "file", "message", ...}]}
         """
         return {
             "location": self.location,
@@ -100,4 +107,5 @@ class CheckpointStatus:
             "problems": [p.to_dict() for p in self.problems],
             "batches_read": self.batches_read,
             "unread_batches": self.unread_batches,
+            "events": [dict(e) for e in self.events],
         }

@@ -249,6 +249,8 @@ def print_status(status: CheckpointStatus, console: Any) -> None:
     ):
         table.add_row(label, escape(value))
     console.print(table)
+    for event in status.events:
+        console.print(f"[cyan]{event['kind']}[/] {escape(event['message'])}")
     for problem in status.problems:
         console.print(f"[yellow]{problem.kind}[/] {escape(problem.file)}: {escape(problem.message)}")
 

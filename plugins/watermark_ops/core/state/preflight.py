@@ -203,7 +203,10 @@ def preflight(checkpoint: Any, state: Any = None, requested_conf: dict[str, str]
     runtime = spark_version_tuple(spark_version)
     if runtime is not None:
         findings += _log_versions(checkpoint, runtime, spark_version)
-    if head is not None and checkpoint.has_commit_log and not checkpoint.batch(head).committed:
+    unfinished = _unfinished_repartition(checkpoint, head)
+    if unfinished is not None:
+        add(unfinished)
+    elif head is not None and checkpoint.has_commit_log and not checkpoint.batch(head).committed:
         add(PreflightFinding("in_flight_batch", "info", checkpoint.batch(head).offsets_file,
                              f"offsets/{head} has no commit: the run re-runs batch {head} with its own offsets "
                              f"(running now, or its driver died)",
@@ -228,6 +231,42 @@ def _report(location: str, findings: list[PreflightFinding], head: int | None, s
     order = {level: i for i, level in enumerate(LEVELS)}
     ordered = tuple(sorted(findings, key=lambda f: order[f.level]))
     return PreflightReport(location, verdict, ordered, head, spark_version, requested)
+
+
+def _unfinished_repartition(checkpoint: Any, head: int | None) -> PreflightFinding | None:
+    """NO-GO for an uncommitted head that is an offline repartition's batch
+    (:func:`watermark_ops.core.batch_kinds.repartition_of`): Spark refuses every start
+    (``STREAMING_UNFINISHED_REPARTITION_DETECTED``, ``MicroBatchExecution``, Spark 4.2+) until a
+    repartition finishes it. The HDFS-backed provider cannot be repartitioned
+    (``STATE_REPARTITION_INVALID_CHECKPOINT.UNSUPPORTED_PROVIDER``, ``OfflineStateRepartitionRunner``)."""
+    from watermark_ops.core.batch_kinds import repartition_of
+
+    if not head or not checkpoint.has_commit_log:
+        return None
+    batch, below = checkpoint.batch(head), checkpoint.batch(head - 1)
+    if batch is None or batch.committed or batch.offsets is None or below is None or below.offsets is None:
+        return None
+    moved = repartition_of(below.offsets, batch.offsets)
+    if moved is None:
+        return None
+    old, new = moved
+    provider = str((batch.offsets.conf or {}).get("spark.sql.streaming.stateStore.providerClass", ""))
+    hdfs = "HDFSBackedStateStoreProvider" in provider or not provider
+    if hdfs:
+        recipe = (f"the HDFS-backed state store cannot be repartitioned (Spark fails it UNSUPPORTED_PROVIDER), so "
+                  f"retrying cannot finish it: move offsets/{head} (and its .crc) out of the checkpoint, as one "
+                  f"file Spark wrote for the failed repartition (it repeats batch {head - 1}'s offsets); the query "
+                  f"then resumes after batch {head - 1} with {old} partitions. watermark-ops changes no file")
+    else:
+        recipe = (f"finish the repartition before starting the query: StreamingCheckpointManager.repartition("
+                  f"checkpoint, {new}) again with the same {new} partitions (Spark: \"Please retry the "
+                  f"repartitioning operation and let it finish successfully\")")
+    return PreflightFinding(
+        "repartition_unfinished", NO_GO, batch.offsets_file,
+        f"offsets/{head} is an unfinished state repartition from {old} to {new} partitions (same offsets, watermark "
+        f"and batch time as batch {head - 1}, no commits/{head}): Spark refuses every start "
+        f"(STREAMING_UNFINISHED_REPARTITION_DETECTED: \"The latest batch {head} is for an unfinished state "
+        f"repartitioning\")", recipe, head)
 
 
 def _log_versions(checkpoint: Any, runtime: tuple[int, int], spark_version: str | None) -> list[PreflightFinding]:

@@ -341,8 +341,11 @@ def _operator_state(op: StateOperator, chains: list[StoreChain], stores: tuple[s
         note = f"not counted: the files to replay exceed {max_replay_bytes} bytes"
     elif next((c.count_note for c in row_chains if c.count_note), None):
         note = next(c.count_note for c in row_chains if c.count_note)  # a RocksDB zip whose keys are not known
-    elif row_chains and not file_rows:
+    elif row_chains and not file_rows and any(c.problems for c in row_chains):
         note = "the files could not be counted (see the problems)"
+    elif row_chains and not file_rows:  # no problem to point at: say what is missing
+        note = (f"not counted: no state version is known in all {len(row_chains)} stores' files (each partition's "
+                f"rows are known at other versions)")
     series = _progress_series(progress_records, checkpoint.query_id, op.operator_id, n_operators)
     if series:
         source = "progress"
