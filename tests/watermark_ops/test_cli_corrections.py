@@ -42,9 +42,9 @@ def test_corrections_json_is_the_public_fields_in_the_order_made(capsys, correct
     assert code == 0
     assert json.loads(out) == {"corrections": [
         {"window_start_ms": W1 - HOUR, "window_end_ms": W1, "keys": {"origin": "EWR"}, "emitted": {"mean": 12.5},
-         "corrected": {"mean": 13.25}, "late_rows": 2, "run": "t1", "batch_id": 1},
+         "corrected": {"mean": 13.25}, "late_rows": 2, "run": "t1", "batch_id": 1, "retracts": []},
         {"window_start_ms": W1 - 3 * HOUR, "window_end_ms": W1 - 2 * HOUR, "keys": {"origin": "JFK"}, "emitted": None,
-         "corrected": {"mean": 4.0}, "late_rows": 1, "run": "t1", "batch_id": 1},
+         "corrected": {"mean": 4.0}, "late_rows": 1, "run": "t1", "batch_id": 1, "retracts": []},
     ]}
 
 

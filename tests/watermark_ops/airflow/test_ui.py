@@ -348,12 +348,15 @@ def test_late_rows_per_run_show_the_ledger_beside_spark(client, ui, spark, reque
 
     history = cf.restart_history(spark)
     real, sink = ui.root / "real", tmp_path / "output_late"
-    # Without a sink: every run's ledger cell is "unknown" (never 0), and the page says why.
+    # Without a sink: every run's ledger cell is "unknown" (never 0), and the page says why; run 4
+    # landed nothing and wrote no batch: 0 late rows, known, as on every face (XCom, lateness, late)
     page = client.get("/watermark-ops/checkpoints/test/real").text
     runs = client.get("/watermark-ops/api/checkpoints/test/real").json()["runs"]
-    assert _ledger_cells(page) == ["unknown"] * len(runs) and len(runs) == 5
-    assert all(run["late_rows_known"] is False and run["late_rows_unknown_reason"] for run in runs)
-    assert all(run["rows_late"] is None and run["drop_rate"] is None for run in runs)  # no rows, no rate
+    assert _ledger_cells(page) == ["unknown"] * 3 + ["0", "unknown"] and len(runs) == 5
+    assert runs[3]["late_rows_known"] is True and runs[3]["rows_late"] == 0
+    others = runs[:3] + runs[4:]
+    assert all(run["late_rows_known"] is False and run["late_rows_unknown_reason"] for run in others)
+    assert all(run["rows_late"] is None and run["drop_rate"] is None for run in others)  # no rows, no rate
     assert "no late-row sink is known for this checkpoint" in page
 
     # The flights_pipeline's late_ledger task does this after each run (all runs here: no run tag).
@@ -373,11 +376,11 @@ def test_late_rows_per_run_show_the_ledger_beside_spark(client, ui, spark, reque
              for p in sink.glob("batch=*.jsonl")}
     assert sum(files.values()) == result["rows_late"]
     expected = [sum(files[b] for b in run["batch_ids"] if b in files) if any(b in files for b in run["batch_ids"])
-                else None for run in data["runs"]]
+                else 0 if not run["batch_ids"] else None for run in data["runs"]]
     assert [run["rows_late"] for run in data["runs"]] == expected
     assert [run["drop_rate"] for run in data["runs"]] == [n / run["input_rows"] if n is not None and run["input_rows"]
                                                           else None for n, run in zip(expected, data["runs"])]
-    assert expected[3] is None and all(n is not None for i, n in enumerate(expected) if i != 3)  # run 4: no new data
+    assert expected[3] == 0 and all(n is not None for n in expected)  # run 4: no new data, no batch: 0
     spark_counts = [run["late_partial_aggregates_spark"] for run in data["runs"]]
     assert spark_counts == [sum(b.get("rows_dropped_by_watermark") or 0 for b in run["batches"] if b.get("executed", True))
                             for run in history.runs]
@@ -399,11 +402,11 @@ def test_the_ledger_is_read_for_the_runs_shown_only(ui, spark, tmp_path):
                   sink=str(sink))
     newest = checkpoint_detail(str(ui.root / "real"), Thresholds(), late_sink=str(sink), runs_limit=1)["runs"]
     whole = checkpoint_detail(str(ui.root / "real"), Thresholds(), late_sink=str(sink))["runs"]
-    assert [r["rows_late"] for r in newest] == [None] * 4 + [whole[-1]["rows_late"]]
+    assert [r["rows_late"] for r in newest] == [None] * 3 + [0, whole[-1]["rows_late"]]  # run 4 wrote no batch
     assert whole[-1]["rows_late"] is not None
     # A missing sink is named, never a failure.
     detail = checkpoint_detail(str(ui.root / "real"), Thresholds(), late_sink=str(tmp_path / "nowhere"))
-    assert all(r["rows_late"] is None for r in detail["runs"])
+    assert [r["rows_late"] for r in detail["runs"]] == [None] * 3 + [0, None]
     assert any("no batch=<N>.jsonl" in p and "nowhere" in p for p in detail["problems"])
 
 
