@@ -62,6 +62,9 @@ SLOWEST_FIRST = (
     "tests/dags/test_day_partitions.py",
     "tests/test_readings_project_wheel.py",
     "tests/test_temps_project_wheel.py",
+    "tests/test_spells_project_wheel.py",
+    "tests/test_precip_project_wheel.py",
+    "tests/spark_jobs/test_spark43_checkpoints.py",
     "tests/test_user_project_wheel.py",
     "tests/dags/test_crash_restart.py",
     "tests/spark_jobs/test_connect_supervision.py",
@@ -73,6 +76,7 @@ SLOWEST_FIRST = (
     "tests/spark_jobs/test_checkpoint_lock.py",
     "tests/spark_jobs/test_flight_windows.py",
     "tests/watermark_ops/core/test_fuzz.py",
+    "tests/watermark_ops/airflow/test_metrics.py",
     "tests/spark_jobs/test_state_corpus.py",
 )
 
