@@ -16,8 +16,6 @@ Airflow source relied on (3.3.2, task SDK 1.3.2):
   when the task succeeds. A task that succeeds without partitions would emit one *unpartitioned*
   event (``extra=None``), which partition-aware consumers reject ("missing partition key", in
   ``AssetManager._queue_partitioned_dags``): with nothing new the task is skipped instead.
-* Corrections of a partition come as events on the same asset and key with ``"corrected": true``
-  in their extra (the run pattern's ``announce_corrections``); they never count as an announcement.
 * ``AssetStateStoreAccessor.get``/``set`` (``context["asset_state_store"][asset]``): each ``set``
   is its own write, not part of the task's success; hence the claim / settle protocol of
   :class:`watermark_ops.core.partitions.AnnouncedPartitions`, settled against the asset's events
@@ -162,11 +160,8 @@ class WatermarkPartitionsOperator(BaseOperator):
         if isinstance(claimed_at, int):
             events = events.after(iso_utc(claimed_at - int(_SETTLE_MARGIN.total_seconds() * 1000)))
         wanted = set(memory.pending.get("keys", []))
-        # A correction's event on the same asset and key (``"corrected": true``, the run pattern's
-        # announce_corrections) is not this announcement: it must not confirm a lost claim.
         return {e.partition_key for e in events
-                if e.partition_key in wanted and (e.extra or {}).get("checkpoint") in (self.checkpoint, location)
-                and not (e.extra or {}).get("corrected")}
+                if e.partition_key in wanted and (e.extra or {}).get("checkpoint") in (self.checkpoint, location)}
 
     # -- execute --------------------------------------------------------------------------------
 

@@ -15,8 +15,7 @@ needs before and after its Spark run, wired once::
       │                     the top reason and one example record; warns (or, with fail_on_unknown_late,
       │                     fails) when the run's late rows are unknown (``core.ledger.judge_run``)
       ├─▶ announce_corrections  with ``allowed_lateness``: an asset event naming the windows the
-      │                     run corrected (its late rows recovered) and, with a partition asset,
-      │                     one event per corrected partition on it; skipped when it corrected none
+      │                     run corrected (its late rows recovered); skipped when it corrected none
       └─▶ audit_checkpoint   the watermark never went backwards (``WatermarkAuditOperator``)
              ├─▶ state_checkpoint  rows per stateful operator, watermark bound, chain, state findings
              └─▶ complete    optional completeness gate (``WatermarkReachedSensor``), after a passed audit ─┐
@@ -276,13 +275,7 @@ def watermarked_run(
         ``extra`` naming the windows: ``{"corrected_windows": [{"window_start_ms", "window_end_ms",
         "keys"}], "run", "checkpoint", "corrections", "late_rows"}`` (epoch ms UTC), so a DAG scheduled
         on it redoes exactly those; default :func:`default_corrections_asset` of the checkpoint (a
-        templated checkpoint needs one given). With ``partition_asset`` too, the same task emits on
-        the partition asset one event per partition (of ``partition_grain`` in ``partition_timezone``)
-        whose windows the run corrected, a window belonging to every partition it overlaps:
-        ``partition_key`` and the extra of
-        :func:`watermark_ops.core.ledger.recovered.corrected_partitions_event` (``"corrected": true``,
-        the partition's windows at ``extra["partitions"][key]["corrected_windows"]``), so a
-        ``PartitionedAssetTimetable`` DAG runs once per announced partition and again per corrected one.
+        templated checkpoint needs one given).
     :param max_quarantine_rate: ``check_run`` fails a run that set aside more than this share of its
         input rows, or aggregated none of them, naming the top reason and one example record.
     :param fail_on_unknown_late: ``check_run`` fails a run whose late rows cannot be known (a batch
@@ -487,19 +480,15 @@ def watermarked_run(
             )
             [ledger, *([gate] if gate is not None else [])] >> announce
         if allowed_lateness:
-            outlets = [corrections_asset, *([partition_asset] if partition_asset is not None else [])]
-
-            @task(task_id=ids["corrections"], outlets=outlets)
+            @task(task_id=ids["corrections"], outlets=[corrections_asset])
             def announce_corrections(checkpoint: str, run_id=None) -> dict:
                 """Announce this run's corrections on the corrections asset (``extra``: the corrected
-                windows, the run, the checkpoint) and, with a partition asset, as one event per
-                corrected partition on it (``partition_key``, ``extra["corrected"]`` true, the windows at
-                ``extra["partitions"][key]``); skipped, with no event, when the run corrected nothing."""
+                windows, the run, the checkpoint); skipped, with no event, when the run corrected nothing."""
                 from airflow.sdk import get_current_context
                 from airflow.sdk.exceptions import AirflowSkipException
 
                 from watermark_ops.core.ledger.corrections import read_corrections
-                from watermark_ops.core.ledger.recovered import corrected_partitions_event, corrections_event
+                from watermark_ops.core.ledger.recovered import corrections_event
 
                 corrections, problems = read_corrections(checkpoint)
                 for problem in problems:
@@ -507,14 +496,7 @@ def watermarked_run(
                 extra = corrections_event(checkpoint, run_id, corrections)
                 if extra is None:  # an event would tell a consumer to redo nothing
                     raise AirflowSkipException(f"run {run_id} corrected no window of {checkpoint}")
-                outlet_events = get_current_context()["outlet_events"]
-                outlet_events[corrections_asset].extra.update(extra)
-                if partition_asset is not None:  # a correction has a window: at least one partition
-                    per_partition = corrected_partitions_event(checkpoint, run_id, corrections,
-                                                               grain=partition_grain, tz=partition_timezone)
-                    outlet_events[partition_asset].extra.update(per_partition)
-                    outlet_events[partition_asset].add_partitions(list(per_partition["partitions"]))
-                    extra = {**extra, "corrected_partitions": list(per_partition["partitions"])}
+                get_current_context()["outlet_events"][corrections_asset].extra.update(extra)
                 return extra
 
             submit >> announce_corrections(checkpoint)

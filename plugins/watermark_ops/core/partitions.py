@@ -22,13 +22,6 @@ Partitions:
   Key ``YYYY-MM-DDTHH:00:00``, UTC without a suffix (the input format of Airflow's temporal
   partition mappers, ``%Y-%m-%dT%H:%M:%S``).
 
-Corrections as partitions (:func:`corrected_partitions`): a correction (a window recomputed with
-its recoverable late rows, :mod:`watermark_ops.core.ledger.corrections`) belongs to every partition
-its window *overlaps*: ``[window_start_ms, window_end_ms)`` against ``[start_ms, end_ms)``, both
-half-open. A window spanning midnight (a session, a sliding window, a day in another time zone)
-touches both days and is named in both; a window ending exactly at midnight belongs to its day
-only. A session correction also touches the partitions of the sessions it retracts (``retracts``).
-
 All instants are epoch milliseconds UTC. Pure core: standard library only (``zoneinfo``).
 """
 
@@ -48,8 +41,6 @@ __all__ = [
     "Partition",
     "PartitionMemoryError",
     "closed_partitions",
-    "corrected_partitions",
-    "partitions_overlapping",
     "newly_closed",
     "partition_of",
 ]
@@ -162,59 +153,6 @@ def newly_closed(emitted_through_ms: int | None, announced: Iterable[str], *, si
     done = set(announced)
     return [p for p in closed_partitions(emitted_through_ms, since_ms=since_ms, grain=grain, tz=tz)
             if p.key not in done]
-
-
-def partitions_overlapping(start_ms: int, end_ms: int, grain: str = "day",
-                           tz: str = DEFAULT_TIMEZONE) -> list[Partition]:
-    """Every partition sharing an instant with ``[start_ms, end_ms)``, in event-time order.
-
-    :param start_ms: the span's first instant, epoch ms UTC (inclusive).
-    :param end_ms: its end, epoch ms UTC (exclusive); an empty span (``end_ms <= start_ms``) is
-        the instant ``start_ms``: its one partition.
-    :raises ValueError: for an unknown grain or time zone.
-    """
-    partition = partition_of(start_ms, grain, tz)
-    found = [partition]
-    while partition.end_ms < end_ms:
-        partition = partition_of(partition.end_ms, grain, tz)
-        found.append(partition)
-    return found
-
-
-def corrected_partitions(corrections: Iterable[dict[str, Any]], grain: str = "day",
-                         tz: str = DEFAULT_TIMEZONE) -> dict[str, dict[str, Any]]:
-    """The partitions some corrections touch, each with the windows it corrected (module docstring:
-    a window belongs to every partition it overlaps).
-
-    :param corrections: correction records (``{"window_start_ms", "window_end_ms", "keys",
-        "late_rows", "retracts"?, ...}``, :mod:`watermark_ops.core.ledger.corrections`), e.g. one
-        run's (:func:`~watermark_ops.core.ledger.corrections.read_corrections`, filtered on ``run``).
-    :param grain: ``day`` (calendar day in ``tz``) or ``hour`` (UTC hour).
-    :return: ``{partition key: {"start_ms", "end_ms", "start", "end", "corrected_windows":
-        [{"window_start_ms", "window_end_ms", "keys"}] (each window and keys once, in the order
-        made), "corrections": int (records), "late_rows": int (the recoverable late rows they
-        add)}}`` in event-time order of the keys; empty for no correction.
-    :raises ValueError: for an unknown grain or time zone.
-    """
-    touched: dict[str, dict[str, Any]] = {}
-    order: dict[str, int] = {}
-    for c in corrections:
-        window = {"window_start_ms": int(c["window_start_ms"]), "window_end_ms": int(c["window_end_ms"]),
-                  "keys": dict(c.get("keys") or {})}
-        spans = [(window["window_start_ms"], window["window_end_ms"])]
-        spans += [(int(r["window_start_ms"]), int(r["window_end_ms"])) for r in c.get("retracts") or ()]
-        partitions = {p.key: p for start, end in spans for p in partitions_overlapping(start, end, grain, tz)}
-        for key, partition in partitions.items():
-            if key not in touched:
-                order[key] = partition.start_ms
-                touched[key] = {**{k: v for k, v in partition.to_dict().items() if k != "key"},
-                                "corrected_windows": [], "corrections": 0, "late_rows": 0}
-            entry = touched[key]
-            if window not in entry["corrected_windows"]:
-                entry["corrected_windows"].append(window)
-            entry["corrections"] += 1
-            entry["late_rows"] += int(c.get("late_rows") or 0)
-    return {key: touched[key] for key in sorted(touched, key=order.__getitem__)}
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,8 @@ from watermark_ops.core.partitions import (
     AnnouncedPartitions,
     PartitionMemoryError,
     closed_partitions,
-    corrected_partitions,
     newly_closed,
     partition_of,
-    partitions_overlapping,
 )
 
 NY = "America/New_York"
@@ -116,60 +114,3 @@ def test_a_claim_without_its_event_is_announced_again():
 def test_a_malformed_memory_is_named(value):
     with pytest.raises(PartitionMemoryError, match="store key 'k'"):
         AnnouncedPartitions.from_dict(value, "store key 'k'")
-
-
-def _fix(start: str, end: str, station: str, late_rows: int = 1, **more) -> dict:
-    return {"window_start_ms": ms(start), "window_end_ms": ms(end), "keys": {"station": station},
-            "emitted": {"n": 1}, "corrected": {"n": 2}, "late_rows": late_rows, "run": "r", "batch_id": 3, **more}
-
-
-def test_a_window_belongs_to_every_partition_it_overlaps_half_open():
-    # New York midnight of 2013-01-02 is 05:00 UTC.
-    assert [p.key for p in partitions_overlapping(ms("2013-01-02T04:00:00Z"), ms("2013-01-02T05:00:00Z"), tz=NY)] \
-        == ["2013-01-01"]  # ends exactly at midnight: its day only
-    assert [p.key for p in partitions_overlapping(ms("2013-01-02T04:30:00Z"), ms("2013-01-02T05:30:00Z"), tz=NY)] \
-        == ["2013-01-01", "2013-01-02"]
-    assert [p.key for p in partitions_overlapping(ms("2013-01-01T05:00:00Z"), ms("2013-01-04T05:00:01Z"), tz=NY)] \
-        == ["2013-01-01", "2013-01-02", "2013-01-03", "2013-01-04"]
-    assert [p.key for p in partitions_overlapping(ms("2013-01-02T04:30:00Z"), ms("2013-01-02T06:00:00Z"),
-                                                  grain="hour")] \
-        == ["2013-01-02T04:00:00", "2013-01-02T05:00:00"]
-
-
-def test_corrections_map_to_their_partitions_with_each_window_once():
-    corrections = [
-        _fix("2013-01-03T15:00:00Z", "2013-01-03T16:00:00Z", "north", 2),
-        _fix("2013-01-02T15:00:00Z", "2013-01-02T16:00:00Z", "north"),
-        _fix("2013-01-02T15:00:00Z", "2013-01-02T16:00:00Z", "south", 3),
-        _fix("2013-01-02T04:30:00Z", "2013-01-02T05:30:00Z", "east"),  # spans New York midnight
-        _fix("2013-01-02T15:00:00Z", "2013-01-02T16:00:00Z", "north", 4),  # the same window and keys again
-    ]
-    days = corrected_partitions(corrections, "day", NY)
-    assert list(days) == ["2013-01-01", "2013-01-02", "2013-01-03"]  # event-time order, not the order made
-    east = {"window_start_ms": ms("2013-01-02T04:30:00Z"), "window_end_ms": ms("2013-01-02T05:30:00Z"),
-            "keys": {"station": "east"}}
-    assert days["2013-01-01"] == {"start_ms": ms("2013-01-01T05:00:00Z"), "end_ms": ms("2013-01-02T05:00:00Z"),
-                                  "start": "2013-01-01T05:00:00Z", "end": "2013-01-02T05:00:00Z",
-                                  "corrected_windows": [east], "corrections": 1, "late_rows": 1}
-    jan_2 = days["2013-01-02"]
-    assert [(w["window_start_ms"], w["keys"]["station"]) for w in jan_2["corrected_windows"]] == [
-        (ms("2013-01-02T15:00:00Z"), "north"), (ms("2013-01-02T15:00:00Z"), "south"),
-        (ms("2013-01-02T04:30:00Z"), "east")]
-    assert (jan_2["corrections"], jan_2["late_rows"]) == (4, 1 + 3 + 1 + 4)
-    assert days["2013-01-03"]["late_rows"] == 2
-    # The same corrections in UTC days: the spanning window is inside 2013-01-02 alone.
-    assert list(corrected_partitions(corrections, "day", "UTC")) == ["2013-01-02", "2013-01-03"]
-    assert list(corrected_partitions(corrections, "hour")) == [
-        "2013-01-02T04:00:00", "2013-01-02T05:00:00", "2013-01-02T15:00:00", "2013-01-03T15:00:00"]
-    assert corrected_partitions([], "day", NY) == {}
-
-
-def test_a_session_correction_also_touches_the_partitions_it_retracts():
-    merged = _fix("2013-01-02T06:00:00Z", "2013-01-02T07:00:00Z", "east",
-                  retracts=[{"window_start_ms": ms("2013-01-02T04:00:00Z"), "window_end_ms": ms("2013-01-02T04:40:00Z"),
-                             "values": {"n": 1}}])
-    days = corrected_partitions([merged], "day", NY)
-    assert list(days) == ["2013-01-01", "2013-01-02"]
-    assert days["2013-01-01"]["corrected_windows"] == days["2013-01-02"]["corrected_windows"] == [
-        {"window_start_ms": ms("2013-01-02T06:00:00Z"), "window_end_ms": ms("2013-01-02T07:00:00Z"),
-         "keys": {"station": "east"}}]

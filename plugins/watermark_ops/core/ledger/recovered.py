@@ -28,7 +28,7 @@ from typing import Any, Iterable
 
 from watermark_ops.core.ledger.corrections import standing
 
-__all__ = ["PUBLIC_FIELDS", "corrected_partitions_event", "corrected_windows", "corrections_event", "public_correction", "recovery",
+__all__ = ["PUBLIC_FIELDS", "corrected_windows", "corrections_event", "public_correction", "recovery",
            "split_recovered"]
 
 #: A correction's fields as every face shows them, in this order (the log's internal ``write`` left out).
@@ -150,32 +150,3 @@ def corrections_event(checkpoint: str, run_tag: str | None, corrections: list[di
         return None
     return {"corrected_windows": corrected_windows(mine), "run": run_tag, "checkpoint": checkpoint,
             "corrections": len(mine), "late_rows": sum(int(c.get("late_rows") or 0) for c in mine)}
-
-
-def corrected_partitions_event(checkpoint: str, run_tag: str | None, corrections: list[dict[str, Any]], *,
-                               grain: str = "day", tz: str = "UTC") -> dict[str, Any] | None:
-    """The ``extra`` of the partitioned asset events announcing one run's corrections per partition
-    (one event per key of ``extra["partitions"]``, all with this extra: Airflow gives every event
-    of one task's asset the same one), None when the run corrected nothing.
-
-    A window belongs to every partition it overlaps (:func:`watermark_ops.core.partitions.corrected_partitions`).
-
-    :param checkpoint: the checkpoint location (as given to the run pattern).
-    :param run_tag: the run (the Airflow run id the launcher got as ``--run-tag``).
-    :param corrections: the checkpoint's corrections (:func:`read_corrections`).
-    :param grain: ``day`` or ``hour``, as the partition announcements use.
-    :param tz: the days' IANA time zone, as the partition announcements use (hours are UTC).
-    :return: ``{"corrected": True, "checkpoint", "run", "grain", "timezone", "partitions": {key:
-        {"start_ms", "end_ms", "start", "end", "corrected_windows": [{"window_start_ms",
-        "window_end_ms", "keys"}], "corrections": int, "late_rows": int}}}`` (epoch ms UTC, ISO-8601
-        UTC text beside), so a consumer reads its own partition's windows at
-        ``extra["partitions"][dag_run.partition_key]["corrected_windows"]``; or None.
-    :raises ValueError: for an unknown grain or time zone.
-    """
-    from watermark_ops.core.partitions import corrected_partitions
-
-    mine = [c for c in corrections if c.get("run") == run_tag]
-    if not mine:
-        return None
-    return {"corrected": True, "checkpoint": checkpoint, "run": run_tag, "grain": grain, "timezone": tz,
-            "partitions": corrected_partitions(mine, grain, tz)}
